@@ -34,12 +34,8 @@ impl Regs {
 /// Why a CPUID query failed (the instruction itself cannot fail; its transports can).
 #[derive(Debug, thiserror::Error)]
 pub enum CpuidError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{0}")]
     Unsupported(String),
 }
@@ -244,11 +240,8 @@ impl Signature {
         let base_family = bits(eax, 11, 8);
         let base_model = bits(eax, 7, 4);
         let family = if base_family == 0xF { base_family + bits(eax, 27, 20) } else { base_family };
-        let model = if base_family == 0x6 || base_family == 0xF {
-            (bits(eax, 19, 16) << 4) | base_model
-        } else {
-            base_model
-        };
+        let model =
+            if base_family == 0x6 || base_family == 0xF { (bits(eax, 19, 16) << 4) | base_model } else { base_model };
         Signature { raw: eax, family, model, stepping: bits(eax, 3, 0) }
     }
 }
@@ -269,17 +262,15 @@ pub enum MonitoringAbsence {
 impl fmt::Display for MonitoringAbsence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MonitoringAbsence::Leaf7OutOfRange { max_basic_leaf } => write!(
-                f,
-                "max basic CPUID leaf is {max_basic_leaf:#x}, so leaf 0x7 (and the PQM bit) cannot be read"
-            ),
+            MonitoringAbsence::Leaf7OutOfRange { max_basic_leaf } => {
+                write!(f, "max basic CPUID leaf is {max_basic_leaf:#x}, so leaf 0x7 (and the PQM bit) cannot be read")
+            }
             MonitoringAbsence::PqmClear => {
                 f.write_str("CPUID.(EAX=7,ECX=0):EBX[12] (PQM, platform QoS monitoring) is 0")
             }
-            MonitoringAbsence::Leaf0xFOutOfRange { max_basic_leaf } => write!(
-                f,
-                "PQM is set but the max basic CPUID leaf is {max_basic_leaf:#x}, so leaf 0xF cannot be read"
-            ),
+            MonitoringAbsence::Leaf0xFOutOfRange { max_basic_leaf } => {
+                write!(f, "PQM is set but the max basic CPUID leaf is {max_basic_leaf:#x}, so leaf 0xF cannot be read")
+            }
             MonitoringAbsence::NoL3Resource => f.write_str(
                 "PQM is set but CPUID.(EAX=0xF,ECX=0):EDX[1] (L3 monitoring) is 0: advertised, but no resources",
             ),
@@ -596,7 +587,14 @@ fn decode_monitoring(s: &CpuidSnapshot, pqm: bool, in_range: bool, vendor: &Vend
 
 fn decode_allocation(s: &CpuidSnapshot, pqe: bool, in_range: bool) -> Allocation {
     if !(pqe && in_range) {
-        return Allocation { pqe, leaf_0x10_in_range: in_range, resid_bitmap: None, l3_cat: None, l2_cat: None, mba: None };
+        return Allocation {
+            pqe,
+            leaf_0x10_in_range: in_range,
+            resid_bitmap: None,
+            l3_cat: None,
+            l2_cat: None,
+            mba: None,
+        };
     }
     let resid = s.get(LEAF_RDT_ALLOCATION, 0).ebx;
     let l3_cat = bit(resid, 1).then(|| CatDetails::decode(s.get(LEAF_RDT_ALLOCATION, 1)));

@@ -43,10 +43,8 @@ impl DevCpuid {
     /// Open CPU `cpu`'s device under `dev_root` (normally `/dev`).
     pub fn open(dev_root: &Path, cpu: u32) -> Result<Self, CpuidError> {
         let path = dev_root.join(format!("cpu/{cpu}/cpuid"));
-        let file = File::open(&path).map_err(|e| CpuidError::Io {
-            path: path.display().to_string(),
-            source: explain_open_error(e, "cpuid"),
-        })?;
+        let file = File::open(&path)
+            .map_err(|e| CpuidError::Io { path: path.display().to_string(), error: explain_open_error(e, "cpuid") })?;
         Ok(DevCpuid { path, file })
     }
 }
@@ -74,14 +72,14 @@ impl CpuidSource for DevCpuid {
     fn cpuid(&self, leaf: u32, subleaf: u32) -> Result<Regs, CpuidError> {
         let mut buf = [0u8; 16];
         let offset = (u64::from(subleaf) << 32) | u64::from(leaf);
-        let n = self.file.read_at(&mut buf, offset).map_err(|source| CpuidError::Io {
-            path: self.path.display().to_string(),
-            source,
-        })?;
+        let n = self
+            .file
+            .read_at(&mut buf, offset)
+            .map_err(|error| CpuidError::Io { path: self.path.display().to_string(), error })?;
         if n != buf.len() {
             return Err(CpuidError::Io {
                 path: self.path.display().to_string(),
-                source: io::Error::new(io::ErrorKind::UnexpectedEof, format!("short read: {n} of 16 bytes")),
+                error: io::Error::new(io::ErrorKind::UnexpectedEof, format!("short read: {n} of 16 bytes")),
             });
         }
         let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
@@ -107,18 +105,15 @@ mod tests {
 
     #[test]
     fn dev_cpuid_reads_file_layout() {
-        // A regular file stands in for the device: leaf 0 at offset 0 and subleaf 1 of leaf
-        // 0 would be at offset 1<<32, beyond a sparse file's reach, so check leaf 1 only.
+        // A regular file stands in for the device. pread at offset `subleaf << 32 | leaf`:
+        // leaf 1, subleaf 0 reads bytes 1..17, so put its record there.
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("cpu/0")).unwrap();
-        let mut data = vec![0u8; 32];
-        for (i, v) in [1u32, 2, 3, 4].iter().enumerate() {
-            data[16 + 4 * i..20 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        let mut data = vec![0u8];
+        for v in [1u32, 2, 3, 4] {
+            data.extend_from_slice(&v.to_le_bytes());
         }
-        // A file's offset 1 starts mid-record; place leaf 1's record at offset 1.
-        let mut shifted = vec![0u8; 1];
-        shifted.extend_from_slice(&data[16..32]);
-        std::fs::write(dir.path().join("cpu/0/cpuid"), &shifted).unwrap();
+        std::fs::write(dir.path().join("cpu/0/cpuid"), &data).unwrap();
         let dev = DevCpuid::open(dir.path(), 0).unwrap();
         assert_eq!(dev.cpuid(1, 0).unwrap(), Regs::new(1, 2, 3, 4));
         // Leaf 2 would need bytes 2..18: a short read, reported as such.

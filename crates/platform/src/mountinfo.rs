@@ -63,11 +63,18 @@ pub fn read(proc_root: &Path) -> std::io::Result<Vec<Mount>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CgroupLayout {
     /// Only cgroup v2 (modern systemd default).
-    Unified { v2: PathBuf },
+    Unified {
+        v2: PathBuf,
+    },
     /// cgroup v2 beside v1 controller hierarchies (often v2 at /sys/fs/cgroup/unified).
-    Hybrid { v2: PathBuf, v1_controllers: Vec<(String, PathBuf)> },
+    Hybrid {
+        v2: PathBuf,
+        v1_controllers: Vec<(String, PathBuf)>,
+    },
     /// Only v1 hierarchies.
-    Legacy { v1_controllers: Vec<(String, PathBuf)> },
+    Legacy {
+        v1_controllers: Vec<(String, PathBuf)>,
+    },
     None,
 }
 

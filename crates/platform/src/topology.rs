@@ -13,12 +13,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
     #[error("{path}: {why}")]
     Invalid { path: PathBuf, why: String },
 }
@@ -119,7 +115,8 @@ impl Topology {
 }
 
 fn parse_package(s: &str, path: &Path) -> Result<Option<u32>, TopologyError> {
-    let v: i64 = s.parse().map_err(|_| TopologyError::Invalid { path: path.into(), why: format!("{s:?} is not a number") })?;
+    let v: i64 =
+        s.parse().map_err(|_| TopologyError::Invalid { path: path.into(), why: format!("{s:?} is not a number") })?;
     Ok(u32::try_from(v).ok())
 }
 
@@ -128,7 +125,7 @@ fn read_l3(cache_dir: &Path, cpu: u32) -> Result<Option<L3Cache>, TopologyError>
     let entries = match std::fs::read_dir(cache_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(TopologyError::Io { path: cache_dir.into(), source }),
+        Err(error) => return Err(TopologyError::Io { path: cache_dir.into(), error }),
     };
     let mut indexes: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
@@ -185,14 +182,14 @@ pub fn parse_size(s: &str) -> Option<u64> {
 fn read_trimmed(path: &Path) -> Result<String, TopologyError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| TopologyError::Io { path: path.into(), source })
+        .map_err(|error| TopologyError::Io { path: path.into(), error })
 }
 
 fn read_optional(path: &Path) -> Result<Option<String>, TopologyError> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s.trim().to_string())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TopologyError::Io { path: path.into(), source }),
+        Err(error) => Err(TopologyError::Io { path: path.into(), error }),
     }
 }
 
@@ -260,7 +257,10 @@ mod tests {
         let t = Topology::read(dir.path()).unwrap();
         assert_eq!(t.online_cpus().collect::<Vec<_>>(), vec![0, 1, 2, 4, 5, 6, 7]);
         assert_eq!(t.l3_domains.len(), 2);
-        assert_eq!(t.l3_domains[0], L3Domain { id: 0, cpus: vec![0, 1, 2], size_bytes: Some(33792 << 10), packages: vec![0] });
+        assert_eq!(
+            t.l3_domains[0],
+            L3Domain { id: 0, cpus: vec![0, 1, 2], size_bytes: Some(33792 << 10), packages: vec![0] }
+        );
         assert_eq!(t.l3_domains[1].id, 8);
         assert_eq!(t.l3_domains[1].cpus, vec![4, 5, 6, 7]);
         assert_eq!(t.l3_domains[1].packages, vec![1]);
@@ -282,7 +282,10 @@ mod tests {
         ];
         write_tree(dir.path(), "0-4", &cpus).unwrap();
         let t = Topology::read(dir.path()).unwrap();
-        assert_eq!(t.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect::<Vec<_>>(), vec![(0, vec![0, 1]), (1, vec![2, 3])]);
+        assert_eq!(
+            t.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect::<Vec<_>>(),
+            vec![(0, vec![0, 1]), (1, vec![2, 3])]
+        );
         assert_eq!(t.l3_domains[0].size_bytes, Some(16 << 20));
         assert_eq!(t.cpus_without_l3, vec![4]);
         assert_eq!(t.cpus[4].package, None);
@@ -291,7 +294,8 @@ mod tests {
     #[test]
     fn old_kernel_without_cache_id_uses_shared_list() {
         let dir = tempfile::tempdir().unwrap();
-        let cpus = [FakeCpu { cpu: 2, package: 0, l3: Some((0, "8M")) }, FakeCpu { cpu: 3, package: 0, l3: Some((0, "8M")) }];
+        let cpus =
+            [FakeCpu { cpu: 2, package: 0, l3: Some((0, "8M")) }, FakeCpu { cpu: 3, package: 0, l3: Some((0, "8M")) }];
         write_tree(dir.path(), "2-3", &cpus).unwrap();
         for cpu in [2, 3] {
             let idx = dir.path().join(format!("devices/system/cpu/cpu{cpu}/cache/index3"));

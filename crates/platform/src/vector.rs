@@ -14,12 +14,8 @@ const MAX_VECTOR_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum VectorError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{path}: {why}")]
     Invalid { path: PathBuf, why: String },
 }
@@ -34,7 +30,7 @@ pub struct RecordedVector {
 
 impl RecordedVector {
     pub fn load(path: &Path) -> Result<Self, VectorError> {
-        let io = |source| VectorError::Io { path: path.to_path_buf(), source };
+        let io = |error| VectorError::Io { path: path.to_path_buf(), error };
         let meta = std::fs::metadata(path).map_err(io)?;
         if !meta.is_file() {
             return Err(VectorError::Invalid { path: path.to_path_buf(), why: "not a regular file".into() });
@@ -170,18 +166,24 @@ mod tests {
         assert_eq!(err("[]"), "v.json: top level is not a JSON object");
         assert_eq!(err("{}"), "v.json: missing field \"leaves\"");
         assert_eq!(err(&GOOD.replace("0x0000000d", "0xzz")), "v.json: leaves[0].eax: \"0xzz\" is not hex");
-        assert_eq!(err(&GOOD.replace("0x0000000d", "13")), "v.json: leaves[0].eax: \"13\" is not hex (expected a 0x prefix)");
+        assert_eq!(
+            err(&GOOD.replace("0x0000000d", "13")),
+            "v.json: leaves[0].eax: \"13\" is not hex (expected a 0x prefix)"
+        );
         assert_eq!(
             err(&GOOD.replace("\"0x0000000d\"", "13")),
             "v.json: leaves[0].eax: expected a hex string like \"0x0000000f\", found 13"
         );
-        assert_eq!(err(&GOOD.replace("0x0000000d", "0x100000000")), "v.json: leaves[0].eax: \"0x100000000\" does not fit in 32 bits");
+        assert_eq!(
+            err(&GOOD.replace("0x0000000d", "0x100000000")),
+            "v.json: leaves[0].eax: \"0x100000000\" does not fit in 32 bits"
+        );
         assert_eq!(err(&GOOD.replace(",\"edx\":\"0x00000000\"}]", "}]")), "v.json: leaves[1].edx: missing");
         assert_eq!(
             err(&GOOD.replace("0x00000007", "0x00000010")),
             "v.json: leaves: leaf 0x10 subleaf 0x0 is above the max basic leaf 0xd (leaf 0 EAX)"
         );
-        assert_eq!(err(&GOOD.replace("0x756e6547", "0x756e6548")).contains("unknown vendor \"HenuineIntel\""), true);
+        assert!(err(&GOOD.replace("0x756e6547", "0x756e6548")).contains("unknown vendor \"HenuineIntel\""));
         assert_eq!(
             err(&GOOD.replace("\"GenuineIntel\"", "\"AuthenticAMD\"")),
             "v.json: vendor: \"AuthenticAMD\" disagrees with leaf 0x0, which says \"GenuineIntel\""

@@ -4,7 +4,9 @@
 //! shared folder beside the checkout (`../shared/testdata/cpuid/`), so files dropped into
 //! either are picked up without code changes. `CACHESCOPE_CPUID_VECTORS` adds another folder.
 
-use cachescope_hw::cpuid::{CpuidSnapshot, CpuInfo};
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use cachescope_hw::cpuid::{CpuInfo, CpuidSnapshot};
 use cachescope_platform::RecordedVector;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -124,7 +126,9 @@ fn every_vector_decodes_to_its_derived_values() {
                 _ => {}
             }
         }
-        for (k, want) in [("family", info.signature.family), ("model", info.signature.model), ("stepping", info.signature.stepping)] {
+        for (k, want) in
+            [("family", info.signature.family), ("model", info.signature.model), ("stepping", info.signature.stepping)]
+        {
             if doc[k] != json!(want) {
                 failures.push(format!("{name}: {k}: file says {}, decoded {want}", doc[k]));
             }

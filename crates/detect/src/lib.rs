@@ -1,0 +1,278 @@
+//! Backend detection: what this host offers cachescope, each answer with its reason.
+//!
+//! Every check reads the host through an injectable root (`/proc`, `/sys`, `/dev`) or a
+//! [`SyscallProbe`], so the reasoning is tested against fake trees and fake kernels while the
+//! real probes run on the real host.
+
+mod syscalls;
+
+use cachescope_hw::CpuInfo;
+use cachescope_platform::mountinfo::{self, CgroupLayout, Mount};
+use serde::Serialize;
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use syscalls::{LiveProbe, SyscallProbe};
+
+/// Where the host's pseudo-filesystems are.
+#[derive(Debug, Clone)]
+pub struct HostPaths {
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+    pub dev_root: PathBuf,
+}
+
+impl Default for HostPaths {
+    fn default() -> Self {
+        HostPaths { proc_root: "/proc".into(), sys_root: "/sys".into(), dev_root: "/dev".into() }
+    }
+}
+
+/// What a backend provides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// LLC occupancy and memory bandwidth (CMT/MBM).
+    CacheMonitoring,
+    /// Core PMU counters per container.
+    Pmu,
+    /// Container discovery.
+    Containers,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackendStatus {
+    pub name: &'static str,
+    pub available: bool,
+    /// Why it is unavailable, or what was found when it is available.
+    pub reason: String,
+    pub role: Role,
+}
+
+impl BackendStatus {
+    fn yes(name: &'static str, role: Role, reason: impl Into<String>) -> Self {
+        BackendStatus { name, role, available: true, reason: reason.into() }
+    }
+    fn no(name: &'static str, role: Role, reason: impl Into<String>) -> Self {
+        BackendStatus { name, role, available: false, reason: reason.into() }
+    }
+}
+
+/// The result of probing a host.
+#[derive(Debug, Clone, Serialize)]
+pub struct Detection {
+    /// In order of preference within each role.
+    pub backends: Vec<BackendStatus>,
+}
+
+impl Detection {
+    /// The backend `auto` picks for a role: the first available in preference order.
+    pub fn auto(&self, role: Role) -> Option<&BackendStatus> {
+        self.backends.iter().find(|b| b.role == role && b.available)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&BackendStatus> {
+        self.backends.iter().find(|b| b.name == name)
+    }
+}
+
+/// Probe everything. `host_cpu` is the running host's decoded CPUID (never a recorded dump:
+/// backends describe the machine we run on).
+pub fn detect(paths: &HostPaths, host_cpu: &CpuInfo, probe: &dyn SyscallProbe) -> Detection {
+    let mounts = mountinfo::read(&paths.proc_root).unwrap_or_default();
+    let resctrl = resctrl(paths, &mounts, host_cpu);
+    let msr = msr(paths, &mounts, host_cpu, probe);
+    Detection {
+        backends: vec![resctrl, msr, perf_cqm(paths), emulated(), bpf(paths, probe), perf(probe), cgroup_v2(&mounts)],
+    }
+}
+
+fn cmt_cpu_reason(cpu: &CpuInfo) -> Option<String> {
+    cpu.l3_monitoring_absence().map(|why| format!("this CPU cannot monitor the L3: {why}"))
+}
+
+/// resctrl: kernel support, the mount, and the monitoring features it offers.
+pub fn resctrl(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo) -> BackendStatus {
+    const N: &str = "resctrl";
+    let fs = std::fs::read_to_string(paths.proc_root.join("filesystems")).unwrap_or_default();
+    let supported = fs.lines().any(|l| l.split_whitespace().last() == Some("resctrl"));
+    let mount = mountinfo::mounts_of(mounts, "resctrl").next();
+    let Some(mount) = mount else {
+        if !supported {
+            let mut why = "the kernel offers no resctrl filesystem (not in /proc/filesystems)".to_string();
+            if let Some(cpu_why) = cmt_cpu_reason(cpu) {
+                why.push_str("; ");
+                why.push_str(&cpu_why);
+            }
+            return BackendStatus::no(N, Role::CacheMonitoring, why);
+        }
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            "resctrl is supported but not mounted (mount -t resctrl resctrl /sys/fs/resctrl, or --mount-resctrl)",
+        );
+    };
+    let mon = mount.mount_point.join("info/L3_MON");
+    let read = |f: &str| std::fs::read_to_string(mon.join(f)).ok().map(|s| s.trim().to_string());
+    let Some(features) = read("mon_features") else {
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            format!("resctrl is mounted at {} but has no L3 monitoring (no info/L3_MON)", mount.mount_point.display()),
+        );
+    };
+    let features: Vec<&str> = features.lines().map(str::trim).filter(|s| !s.is_empty()).collect();
+    let mut reason = format!(
+        "mounted at {}; {} RMIDs; events {}",
+        mount.mount_point.display(),
+        read("num_rmids").unwrap_or_else(|| "?".into()),
+        if features.is_empty() { "none".to_string() } else { features.join(",") }
+    );
+    if let Some(mode) = read("mbm_assign_mode") {
+        let active = mode.lines().find(|l| l.starts_with('[')).unwrap_or(&mode).trim().to_string();
+        reason.push_str(&format!("; mbm_assign_mode {active}"));
+        if let Some(n) = read("num_mbm_cntrs") {
+            reason.push_str(&format!(" ({} counters)", n.replace('\n', " ")));
+        }
+    }
+    if features.is_empty() {
+        return BackendStatus::no(N, Role::CacheMonitoring, reason);
+    }
+    BackendStatus::yes(N, Role::CacheMonitoring, reason)
+}
+
+/// msr: core-pinned RMIDs through `/dev/cpu/N/msr`.
+pub fn msr(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo, probe: &dyn SyscallProbe) -> BackendStatus {
+    const N: &str = "msr";
+    if let Some(why) = cmt_cpu_reason(cpu) {
+        return BackendStatus::no(N, Role::CacheMonitoring, why);
+    }
+    if let Some(m) = mountinfo::mounts_of(mounts, "resctrl").next() {
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            format!(
+                "resctrl is mounted at {}: it owns IA32_PQR_ASSOC, so the msr backend stays off",
+                m.mount_point.display()
+            ),
+        );
+    }
+    let dev = paths.dev_root.join("cpu/0/msr");
+    match probe.open_rw(&dev) {
+        Ok(()) => BackendStatus::yes(N, Role::CacheMonitoring, format!("{} opens read-write", dev.display())),
+        Err(e) => BackendStatus::no(N, Role::CacheMonitoring, describe_dev_error(&dev, &e, "msr", "CAP_SYS_RAWIO")),
+    }
+}
+
+fn describe_dev_error(dev: &Path, e: &io::Error, driver: &str, cap: &str) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
+            format!("{} is missing: the {driver} driver is not loaded (modprobe {driver})", dev.display())
+        }
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            format!("{}: permission denied: needs root with {cap}", dev.display())
+        }
+        _ => format!("{}: {e}", dev.display()),
+    }
+}
+
+/// The legacy `intel_cqm` perf PMU (Linux 4.1–4.13).
+pub fn perf_cqm(paths: &HostPaths) -> BackendStatus {
+    const N: &str = "perf-cqm";
+    let dir = paths.sys_root.join("bus/event_source/devices/intel_cqm");
+    let alt = paths.sys_root.join("devices/intel_cqm");
+    let dir = if dir.exists() { dir } else { alt };
+    match std::fs::read_to_string(dir.join("type")) {
+        Ok(t) => {
+            let events: Vec<String> = ["llc_occupancy", "local_bytes", "total_bytes"]
+                .iter()
+                .filter(|e| dir.join("events").join(e).exists())
+                .map(|e| e.to_string())
+                .collect();
+            BackendStatus::yes(
+                N,
+                Role::CacheMonitoring,
+                format!("intel_cqm PMU type {}; events {}", t.trim(), events.join(",")),
+            )
+        }
+        Err(_) => BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            "no intel_cqm perf PMU (it existed only in Linux 4.1-4.13; resctrl replaced it)",
+        ),
+    }
+}
+
+pub fn emulated() -> BackendStatus {
+    BackendStatus::yes(
+        "emulated",
+        Role::CacheMonitoring,
+        "software model of an RDT platform (always available; its occupancy and bandwidth are emulated, not measured)",
+    )
+}
+
+/// BPF attribution needs map creation and kernel BTF (for CO-RE programs).
+pub fn bpf(paths: &HostPaths, probe: &dyn SyscallProbe) -> BackendStatus {
+    const N: &str = "bpf";
+    if let Err(e) = probe.bpf_map_create() {
+        let hint = match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => " (needs root, or CAP_BPF and CAP_PERFMON)",
+            Some(libc::ENOSYS) => " (kernel built without CONFIG_BPF_SYSCALL)",
+            _ => "",
+        };
+        return BackendStatus::no(N, Role::Pmu, format!("cannot create a BPF map: {e}{hint}"));
+    }
+    let btf = paths.sys_root.join("kernel/btf/vmlinux");
+    if !btf.exists() {
+        return BackendStatus::no(
+            N,
+            Role::Pmu,
+            format!("BPF maps work but kernel BTF is missing ({} absent; CONFIG_DEBUG_INFO_BTF)", btf.display()),
+        );
+    }
+    if let Err(e) = probe.perf_cycles() {
+        return BackendStatus::no(N, Role::Pmu, format!("BPF works but hardware counters do not: {e}"));
+    }
+    BackendStatus::yes(N, Role::Pmu, format!("BPF map created; kernel BTF at {}", btf.display()))
+}
+
+/// Hardware perf events: can a cycles counter be opened for this process?
+pub fn perf(probe: &dyn SyscallProbe) -> BackendStatus {
+    const N: &str = "perf";
+    match probe.perf_cycles() {
+        Ok(()) => BackendStatus::yes(N, Role::Pmu, "hardware cycles counter opened"),
+        Err(e) => {
+            let hint = match e.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+                    " (no hardware PMU exposed: common in virtual machines)"
+                }
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    " (check /proc/sys/kernel/perf_event_paranoid, or run as root)"
+                }
+                _ => "",
+            };
+            BackendStatus::no(N, Role::Pmu, format!("cannot open a hardware cycles counter: {e}{hint}"))
+        }
+    }
+}
+
+pub fn cgroup_v2(mounts: &[Mount]) -> BackendStatus {
+    const N: &str = "cgroup-v2";
+    match mountinfo::cgroup_layout(mounts) {
+        CgroupLayout::Unified { v2 } => BackendStatus::yes(N, Role::Containers, format!("cgroup2 at {}", v2.display())),
+        CgroupLayout::Hybrid { v2, v1_controllers } => BackendStatus::yes(
+            N,
+            Role::Containers,
+            format!("cgroup2 at {} (hybrid layout beside {} v1 hierarchies)", v2.display(), v1_controllers.len()),
+        ),
+        CgroupLayout::Legacy { v1_controllers } => BackendStatus::no(
+            N,
+            Role::Containers,
+            format!("no cgroup2 mount; only {} cgroup v1 hierarchies", v1_controllers.len()),
+        ),
+        CgroupLayout::None => BackendStatus::no(N, Role::Containers, "no cgroup filesystem mounted"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

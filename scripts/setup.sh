@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building and testing cachescope needs, idempotently. Called by run.sh and
+# test.sh, so a fresh machine needs nothing else. Root (or sudo) is needed only when a system
+# package is missing.
+set -euo pipefail
+
+# Debian packages the build or the tests need (checked by the command each provides).
+# Format: "command:package". Empty lists are fine; later crates add entries here.
+APT_NEEDS=(
+)
+
+missing=()
+for entry in "${APT_NEEDS[@]}"; do
+  cmd=${entry%%:*}; pkg=${entry#*:}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found: install a Rust toolchain (https://rustup.rs) and re-run" >&2
+  exit 1
+fi
+# Lints run in the test suite; rustup-managed toolchains may lack the components.
+if command -v rustup >/dev/null 2>&1; then
+  for comp in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp" >&2
+  done
+fi

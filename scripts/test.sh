@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: lints, then every test tier this host can run. Tests that need root,
+# FUSE, BPF or hardware counters detect what is missing and print why they skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo "== rustfmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== tests"
+cargo test --workspace --locked 2>&1 | tee target/test-output.txt
+# One closing line over all test binaries.
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt
