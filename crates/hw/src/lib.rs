@@ -8,5 +8,6 @@
 
 pub mod cpuid;
 pub mod cpulist;
+pub mod msr;
 
 pub use cpuid::{CpuInfo, CpuidError, CpuidSnapshot, CpuidSource, Regs, Vendor};

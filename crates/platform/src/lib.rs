@@ -4,9 +4,11 @@
 
 pub mod cpuid;
 pub mod mountinfo;
+pub mod msr;
 pub mod topology;
 pub mod vector;
 
 pub use cpuid::{DevCpuid, InstructionCpuid};
+pub use msr::DevMsr;
 pub use topology::{L3Domain, Topology, TopologyError};
 pub use vector::{RecordedVector, VectorError};
