@@ -67,7 +67,11 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u8..12, any::<bool>()).prop_map(|(owner, both)| Op::Alloc { owner, both }),
         (0u8..12).prop_map(|owner| Op::Free { owner }),
-        (any::<bool>(), any::<usize>(), 0u64..2000).prop_map(|(domain, pick, bytes)| Op::Report { domain, pick, bytes }),
+        (any::<bool>(), any::<usize>(), 0u64..2000).prop_map(|(domain, pick, bytes)| Op::Report {
+            domain,
+            pick,
+            bytes
+        }),
         (0u64..20).prop_map(Op::Tick),
     ]
 }

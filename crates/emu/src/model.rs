@@ -1,0 +1,220 @@
+//! The LLC occupancy and memory-traffic model behind the emulated platform.
+//!
+//! Per L3 domain, resident bytes are tracked per (container, RMID the lines were tagged with
+//! when filled). In each step of virtual time a running container moves `bandwidth × dt` bytes
+//! of memory traffic (counted by MBM under the RMID its CPU carries) and fills new lines at
+//! `traffic × (1 − resident / footprint)`: the share of its accesses that miss its own working
+//! set. Fills go to free space first; beyond that they evict every resident line with equal
+//! probability (a fluid random-replacement cache). Invariants, held by construction:
+//! - a container's resident bytes never exceed its footprint (fills are clamped to the gap);
+//! - the bytes resident in a domain never exceed the L3 size;
+//! - alone on a domain, a container converges to its footprint;
+//! - MBM bytes equal bandwidth × time exactly (before quantization to the upscale unit);
+//! - lines of a stopped container, or of a freed RMID, stay until evicted by others' fills.
+
+use crate::scenario::Scenario;
+use cachescope_hw::msr::Event;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+const STEP: Duration = Duration::from_millis(1);
+const MIB: f64 = 1024.0 * 1024.0;
+
+#[derive(Debug, Clone)]
+struct Container {
+    name: String,
+    cpus: Vec<u32>,
+    footprint: f64,
+    /// bytes per second
+    bandwidth: f64,
+    local_fraction: f64,
+    start: Duration,
+    stop: Option<Duration>,
+    /// RMID given by the engine (task-based tagging); None: the CPU's PQR_ASSOC RMID.
+    tag: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Domain {
+    lines: BTreeMap<(usize, u32), f64>,
+    mbm_total: BTreeMap<u32, f64>,
+    mbm_local: BTreeMap<u32, f64>,
+    has_data: BTreeSet<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CacheModel {
+    now: Duration,
+    l3: f64,
+    upscale: f64,
+    cpus_per_domain: u32,
+    containers: Vec<Container>,
+    domains: Vec<Domain>,
+    rng: u64,
+    jitter: f64,
+}
+
+impl CacheModel {
+    pub fn new(s: &Scenario, upscale_factor: u32) -> CacheModel {
+        let p = &s.platform;
+        CacheModel {
+            now: Duration::ZERO,
+            l3: p.l3_mib * MIB,
+            upscale: f64::from(upscale_factor.max(1)),
+            cpus_per_domain: p.cpus_per_domain,
+            containers: s
+                .containers
+                .iter()
+                .map(|c| Container {
+                    name: c.name.clone(),
+                    cpus: c.cpus.clone(),
+                    footprint: c.footprint_mib * MIB,
+                    bandwidth: c.bandwidth_mbps * 1e6,
+                    local_fraction: c.local_fraction,
+                    start: Duration::from_millis(c.start_ms),
+                    stop: c.stop_ms.map(Duration::from_millis),
+                    tag: None,
+                })
+                .collect(),
+            domains: vec![Domain::default(); p.domains as usize],
+            rng: p.seed ^ 0x9E37_79B9_7F4A_7C15,
+            jitter: p.jitter,
+        }
+    }
+
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    pub fn l3_bytes(&self) -> f64 {
+        self.l3
+    }
+
+    fn is_running(&self, c: &Container) -> bool {
+        c.start <= self.now && c.stop.is_none_or(|s| self.now < s)
+    }
+
+    pub fn running(&self) -> Vec<String> {
+        self.containers.iter().filter(|c| self.is_running(c)).map(|c| c.name.clone()).collect()
+    }
+
+    pub fn tag(&mut self, name: &str, rmid: Option<u32>) -> bool {
+        match self.containers.iter_mut().find(|c| c.name == name) {
+            Some(c) => {
+                c.tag = rmid;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn rmid_occupancy(&self, domain: u32, rmid: u32) -> f64 {
+        self.domains
+            .get(domain as usize)
+            .map_or(0.0, |d| d.lines.iter().filter(|((_, r), _)| *r == rmid).map(|(_, b)| b).sum())
+    }
+
+    pub fn container_occupancy(&self, domain: u32, name: &str) -> f64 {
+        let Some(i) = self.containers.iter().position(|c| c.name == name) else { return 0.0 };
+        self.domains
+            .get(domain as usize)
+            .map_or(0.0, |d| d.lines.iter().filter(|((c, _), _)| *c == i).map(|(_, b)| b).sum())
+    }
+
+    pub fn domain_total(&self, domain: u32) -> f64 {
+        self.domains.get(domain as usize).map_or(0.0, |d| d.lines.values().sum())
+    }
+
+    /// The counter in upscale units, or None when the RMID has no data in that domain.
+    pub fn counter(&self, domain: u32, rmid: u32, event: Event) -> Option<u64> {
+        let d = self.domains.get(domain as usize)?;
+        if !d.has_data.contains(&rmid) {
+            return None;
+        }
+        let bytes = match event {
+            Event::L3Occupancy => self.rmid_occupancy(domain, rmid).min(self.l3),
+            Event::MbmTotal => d.mbm_total.get(&rmid).copied().unwrap_or(0.0),
+            Event::MbmLocal => d.mbm_local.get(&rmid).copied().unwrap_or(0.0),
+        };
+        Some((bytes / self.upscale).floor() as u64)
+    }
+
+    /// Advance by `dt` in steps of at most 1 ms; `pqr_rmid(cpu)` gives a CPU's RMID.
+    pub fn advance(&mut self, dt: Duration, pqr_rmid: &dyn Fn(u32) -> u32) {
+        let mut left = dt;
+        while !left.is_zero() {
+            let h = left.min(STEP);
+            self.step(h, pqr_rmid);
+            left -= h;
+        }
+    }
+
+    fn next_unit(&mut self) -> f64 {
+        // xorshift64*: deterministic per seed.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn step(&mut self, h: Duration, pqr_rmid: &dyn Fn(u32) -> u32) {
+        let secs = h.as_secs_f64();
+        for d in 0..self.domains.len() {
+            let lo = d as u32 * self.cpus_per_domain;
+            let hi = lo + self.cpus_per_domain;
+            // (container, per-CPU tags here, fill bytes)
+            let mut fills: Vec<(usize, Vec<u32>, f64)> = Vec::new();
+            for i in 0..self.containers.len() {
+                let c = &self.containers[i];
+                if !self.is_running(c) {
+                    continue;
+                }
+                let here: Vec<u32> = c.cpus.iter().copied().filter(|&cpu| cpu >= lo && cpu < hi).collect();
+                if here.is_empty() {
+                    continue;
+                }
+                let share = here.len() as f64 / c.cpus.len() as f64;
+                let traffic = c.bandwidth * secs * share;
+                let tags: Vec<u32> = here.iter().map(|&cpu| c.tag.unwrap_or_else(|| pqr_rmid(cpu))).collect();
+                let per_cpu = traffic / tags.len() as f64;
+                let local = c.local_fraction;
+                let footprint = c.footprint * share;
+                let dom = &mut self.domains[d];
+                for &t in &tags {
+                    *dom.mbm_total.entry(t).or_default() += per_cpu;
+                    *dom.mbm_local.entry(t).or_default() += per_cpu * local;
+                    dom.has_data.insert(t);
+                }
+                let resident: f64 = dom.lines.iter().filter(|((ci, _), _)| *ci == i).map(|(_, b)| b).sum();
+                let gap = (footprint - resident).max(0.0);
+                let mut fill = traffic * (gap / footprint);
+                if self.jitter > 0.0 {
+                    fill *= 1.0 + self.jitter * (2.0 * self.next_unit() - 1.0);
+                }
+                fills.push((i, tags, fill.clamp(0.0, gap)));
+            }
+            let l3 = self.l3;
+            let dom = &mut self.domains[d];
+            let mut total_fill: f64 = fills.iter().map(|f| f.2).sum();
+            if total_fill > l3 {
+                let k = l3 / total_fill;
+                fills.iter_mut().for_each(|f| f.2 *= k);
+                total_fill = l3;
+            }
+            let resident: f64 = dom.lines.values().sum();
+            let evict = (total_fill - (l3 - resident)).max(0.0);
+            if evict > 0.0 && resident > 0.0 {
+                let keep = (1.0 - evict / resident).max(0.0);
+                dom.lines.values_mut().for_each(|b| *b *= keep);
+                dom.lines.retain(|_, b| *b >= 1.0);
+            }
+            for (i, tags, fill) in fills {
+                let per = fill / tags.len() as f64;
+                for t in tags {
+                    *dom.lines.entry((i, t)).or_default() += per;
+                }
+            }
+        }
+        self.now += h;
+    }
+}

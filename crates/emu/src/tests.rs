@@ -1,0 +1,124 @@
+use super::*;
+use cachescope_hw::msr::{CTR_ERROR, CTR_UNAVAILABLE};
+use proptest::prelude::*;
+
+fn scenario(model: &str, extra: &str) -> Scenario {
+    let text = format!(
+        "[platform]\nmodel = \"{model}\"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 4\n{extra}\n\
+         [[container]]\nname = \"a\"\ncpus = [0, 1]\nfootprint_mib = 24\nbandwidth_mbps = 4000\nlocal_fraction = 0.5\n\
+         [[container]]\nname = \"b\"\ncpus = [2]\nfootprint_mib = 20\nbandwidth_mbps = 2000\nstart_ms = 50\nstop_ms = 500\n"
+    );
+    Scenario::parse(&text, Path::new("t.toml")).unwrap()
+}
+
+fn read_ctr(p: &EmuPlatform, cpu: u32, event: u64, rmid: u64) -> u64 {
+    p.write(cpu, IA32_QM_EVTSEL, (rmid << 32) | event).unwrap();
+    p.read(cpu, IA32_QM_CTR).unwrap()
+}
+
+#[test]
+fn embedded_models_and_unknown_model() {
+    assert!(model_names().contains(&"intel-xeon-platinum-8160"));
+    assert!(load_model("intel-xeon-w9-3475x").is_ok());
+    let e = load_model("pentium-pro").unwrap_err().to_string();
+    assert!(e.contains("pentium-pro") && e.contains("amd-epyc-7742"), "{e}");
+    let e = EmuPlatform::new(&scenario("intel-core-i7-4770", "")).err().unwrap().to_string();
+    assert!(e.contains("cannot be emulated") && e.contains("PQM"), "{e}");
+}
+
+#[test]
+fn cpuid_is_the_vectors() {
+    let p = EmuPlatform::new(&scenario("intel-xeon-platinum-8160", "")).unwrap();
+    let i = CpuInfo::decode(&CpuidSnapshot::capture(&p).unwrap());
+    assert_eq!(i.monitoring.l3.as_ref().unwrap().max_rmid, 191);
+    assert_eq!(i.monitoring.l3.unwrap().upscale_factor, 98304);
+}
+
+#[test]
+fn general_protection_paths() {
+    let p = EmuPlatform::new(&scenario("intel-xeon-platinum-8160", "")).unwrap();
+    // RMID above the maximum (191; the field is 8 bits wide, so 192..=255 fit but are invalid).
+    assert!(matches!(p.write(0, IA32_PQR_ASSOC, 192), Err(MsrError::GeneralProtection { .. })));
+    // Reserved bits between the RMID field and CLOS.
+    assert!(matches!(p.write(0, IA32_PQR_ASSOC, 1 << 20), Err(MsrError::GeneralProtection { .. })));
+    // CLOS bits are fine and kept.
+    p.write(0, IA32_PQR_ASSOC, (3 << 32) | 7).unwrap();
+    assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), (3 << 32) | 7);
+    // Unknown MSRs, and writes to the read-only counter.
+    assert!(matches!(p.read(0, 0x123), Err(MsrError::GeneralProtection { msr: 0x123, op: MsrOp::Read, .. })));
+    assert!(matches!(p.write(0, IA32_QM_CTR, 0), Err(MsrError::GeneralProtection { .. })));
+    assert!(matches!(p.read(8, IA32_PQR_ASSOC), Err(MsrError::NoDevice { cpu: 8, .. })));
+}
+
+#[test]
+fn error_and_unavailable_bits() {
+    let p = EmuPlatform::new(&scenario("intel-xeon-e5-2699v3", "")).unwrap();
+    // Haswell-EP: occupancy only, so MBM events are Error; unknown event ids too.
+    assert_eq!(read_ctr(&p, 0, 2, 0), CTR_ERROR);
+    assert_eq!(read_ctr(&p, 0, 9, 0), CTR_ERROR);
+    // RMID 5 has never carried data: Unavailable.
+    assert_eq!(read_ctr(&p, 0, 1, 5), CTR_UNAVAILABLE);
+    p.tag_container("a", Some(5));
+    p.advance(Duration::from_millis(10));
+    let v = read_ctr(&p, 0, 1, 5);
+    assert_eq!(v & (CTR_ERROR | CTR_UNAVAILABLE), 0);
+    // Occupancy is quantized to the upscale unit.
+    let truth = p.true_occupancy(0, 5);
+    assert_eq!(v, (truth / 73728.0).floor() as u64);
+    // RMIDs are scoped per domain: domain 1 (CPU 4) has no data for RMID 5.
+    assert_eq!(read_ctr(&p, 4, 1, 5), CTR_UNAVAILABLE);
+}
+
+#[test]
+fn mbm_wraps_at_the_counter_width() {
+    let p = EmuPlatform::new(&scenario("amd-epyc-7742", "counter_width = 20")).unwrap();
+    assert_eq!(p.counter_width(), 20);
+    p.tag_container("a", Some(1));
+    // 4000 MB/s for 1 s in 64-byte units: 62.5e6 counts, far past 2^20.
+    p.advance(Duration::from_secs(1));
+    let v = read_ctr(&p, 0, 2, 1);
+    assert!(v < (1 << 20));
+    assert_eq!(v, (4e9 / 64.0) as u64 % (1 << 20));
+}
+
+#[test]
+fn deterministic_for_a_seed() {
+    let run = |seed: u64| {
+        let p =
+            EmuPlatform::new(&scenario("intel-xeon-platinum-8160", &format!("seed = {seed}\njitter = 0.3"))).unwrap();
+        p.tag_container("a", Some(1));
+        p.advance(Duration::from_millis(20));
+        p.true_occupancy(0, 1)
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7), run(8));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random containers on one domain: nobody exceeds its footprint or the L3, the domain
+    /// never holds more than the L3, and a container alone converges to its footprint.
+    #[test]
+    fn model_invariants(specs in proptest::collection::vec((1.0f64..40.0, 0.0f64..8000.0, 0u64..200, 0u64..400), 1..6), seed in 0u64..(i64::MAX as u64)) {
+        let mut text = format!("[platform]\nmodel = \"amd-epyc-7742\"\nl3_mib = 32\ndomains = 1\ncpus_per_domain = 4\nseed = {seed}\njitter = 0.2\n");
+        for (i, (fp, bw, start, len)) in specs.iter().enumerate() {
+            text.push_str(&format!("[[container]]\nname = \"c{i}\"\ncpus = [{}]\nfootprint_mib = {fp}\nbandwidth_mbps = {bw}\nstart_ms = {start}\nstop_ms = {}\n", i % 4, start + len + 1));
+        }
+        let s = Scenario::parse(&text, Path::new("p.toml")).unwrap();
+        let p = EmuPlatform::new(&s).unwrap();
+        for (i, _) in specs.iter().enumerate() {
+            p.tag_container(&format!("c{i}"), Some(i as u32 + 1));
+        }
+        let l3 = 32.0 * 1024.0 * 1024.0;
+        for _ in 0..60 {
+            p.advance(Duration::from_millis(10));
+            let st = p.lock();
+            prop_assert!(st.model.domain_total(0) <= l3 * (1.0 + 1e-9));
+            for (i, (fp, ..)) in specs.iter().enumerate() {
+                let occ = st.model.container_occupancy(0, &format!("c{i}"));
+                prop_assert!(occ <= fp * 1024.0 * 1024.0 * (1.0 + 1e-9) && occ <= l3 * (1.0 + 1e-9));
+            }
+        }
+    }
+}
