@@ -1,7 +1,9 @@
 //! `cachescope`: the command-line edge. Errors become one line on stderr and the exit codes of
 //! DESIGN.md §5.1: 0 success, 2 bad usage or bad input, 3 requested backend unavailable.
 
+mod duration;
 mod info;
+mod monitor;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +23,8 @@ struct Cli {
 enum Command {
     /// Show what this host (or a recorded CPUID dump) offers: CMT/MBM, CAT/MBA, PMU, topology, backends.
     Info(info::InfoArgs),
+    /// Sample LLC occupancy and memory bandwidth and print a table periodically.
+    Monitor(monitor::MonitorArgs),
 }
 
 /// An error that knows its exit status.
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::Monitor(args) => monitor::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

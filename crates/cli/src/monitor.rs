@@ -1,0 +1,454 @@
+//! `cachescope monitor`: sample cache occupancy and memory bandwidth and print a table
+//! periodically. Today: the emulated platform (scenario containers, or core groups) and the
+//! msr backend with core groups. The live TUI, sinks and host containers come with the engine.
+
+use crate::{duration, CliError};
+use anyhow::anyhow;
+use cachescope_cmt::{
+    parse_core_groups, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Reading, Retries, TaskTagger,
+};
+use cachescope_detect::{detect, HostPaths, LiveProbe};
+use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_hw::cpuid::CpuidSnapshot;
+use cachescope_hw::msr::{Event, MsrDevice};
+use cachescope_hw::{cpulist, CpuInfo};
+use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
+use cachescope_rmid::Config;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Auto,
+    Resctrl,
+    Msr,
+    PerfCqm,
+    Emulated,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MonitorArgs {
+    /// Cache-monitoring backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Backend,
+    /// Sampling interval (500us, 1ms, 2s, 1m).
+    #[arg(long, default_value = "1ms", value_parser = duration::parse)]
+    interval: Duration,
+    /// Stop after this long (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = duration::parse)]
+    duration: Option<Duration>,
+    /// Emulate this CPU (a vector name from testdata/cpuid or a vector file).
+    #[arg(long, value_name = "MODEL|VECTOR.json")]
+    emulate: Option<String>,
+    /// Scenario driving the emulated platform (DESIGN.md §5.5).
+    #[arg(long, value_name = "FILE.toml")]
+    scenario: Option<PathBuf>,
+    /// Core-pinned groups (msr/emulated), e.g. "0-3,4-7".
+    #[arg(long, value_name = "GROUPS")]
+    cores: Option<String>,
+    /// How often to print a table.
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    print_every: Duration,
+    /// Run emulated time as fast as possible instead of with the wall clock.
+    #[arg(long)]
+    fast: bool,
+    /// Peak memory bandwidth per L3 domain, GB/s: sets the longest safe MBM interval.
+    #[arg(long, default_value_t = 500)]
+    peak_bandwidth_gbps: u64,
+}
+
+struct EmuTagger(Arc<EmuPlatform>);
+
+impl TaskTagger for EmuTagger {
+    fn tag(&self, container: &str, rmid: Option<u32>) -> Result<(), String> {
+        if self.0.tag_container(container, rmid) {
+            Ok(())
+        } else {
+            Err("no such scenario container".into())
+        }
+    }
+}
+
+fn input(e: impl std::fmt::Display) -> CliError {
+    CliError::Input(anyhow!("{e}"))
+}
+
+pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
+    let emulated = match args.backend {
+        Backend::Emulated => true,
+        Backend::Auto => args.emulate.is_some() || args.scenario.is_some(),
+        _ => false,
+    };
+    if emulated {
+        return run_emulated(args);
+    }
+    if args.emulate.is_some() || args.scenario.is_some() {
+        return Err(input("--emulate and --scenario need --backend emulated (or auto)"));
+    }
+    let host = CpuInfo::decode(
+        &CpuidSnapshot::capture(&InstructionCpuid).map_err(|e| CliError::Unavailable(anyhow!("CPUID: {e}")))?,
+    );
+    let d = detect(&HostPaths::default(), &host, &LiveProbe);
+    let name = match args.backend {
+        Backend::Resctrl => "resctrl",
+        Backend::Msr => "msr",
+        Backend::PerfCqm => "perf-cqm",
+        _ => match d.auto(cachescope_detect::Role::CacheMonitoring).map(|b| b.name) {
+            Some("emulated") | None => {
+                let why: Vec<String> = d
+                    .backends
+                    .iter()
+                    .filter(|b| !b.available && b.name != "bpf" && b.name != "perf")
+                    .map(|b| format!("{}: {}", b.name, b.reason))
+                    .collect();
+                return Err(CliError::Unavailable(anyhow!(
+                    "no hardware cache monitoring on this host ({}); try --emulate MODEL --scenario FILE",
+                    why.join("; ")
+                )));
+            }
+            Some(n) => n,
+        },
+    };
+    let status = d.get(name).ok_or_else(|| input(format!("unknown backend {name}")))?;
+    if !status.available {
+        return Err(CliError::Unavailable(anyhow!("backend {name} is unavailable: {}", status.reason)));
+    }
+    if name != "msr" {
+        return Err(CliError::Unavailable(anyhow!(
+            "backend {name} is available here but not built into this version yet"
+        )));
+    }
+    let groups = args
+        .cores
+        .as_deref()
+        .ok_or_else(|| input("the msr backend monitors core groups: give --cores, e.g. 0-3,4-7"))?;
+    let l3 = host.monitoring.l3.clone().ok_or_else(|| CliError::Unavailable(anyhow!("no L3 monitoring")))?;
+    let caps = Caps::from_l3(&l3, host.monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
+    let topo = Topology::read(std::path::Path::new("/sys")).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+    let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
+    let dev = Arc::new(DevMsr::new(std::path::Path::new("/dev")));
+    let domain_of = |cpu: u32| topo.domain_of(cpu).map(|d| d.id);
+    run_cores(args, dev, caps, &domains, &domain_of, groups, None, "msr")
+}
+
+fn run_emulated(args: &MonitorArgs) -> Result<(), CliError> {
+    let path = args.scenario.as_ref().ok_or_else(|| {
+        input("--emulate needs --scenario FILE for now (emulation driven by this host's real containers comes with the engine)")
+    })?;
+    let scenario = Scenario::load(path).map_err(input)?;
+    let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
+    let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(input)?);
+    let mut l3 = emu.l3().clone();
+    l3.counter_width_linux = emu.counter_width();
+    let caps = Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
+    let domains = emu.domains();
+    let label = format!("emulated ({model})");
+    if let Some(groups) = &args.cores {
+        let e2 = emu.clone();
+        let domain_of = move |cpu: u32| Some(e2.domain_of_cpu(cpu));
+        return run_cores(args, emu.clone(), caps, &domains, &domain_of, groups, Some(emu), &label);
+    }
+    run_containers(args, emu, caps, &domains, &label)
+}
+
+/// Accumulates samples between two printed tables.
+#[derive(Default)]
+struct Row {
+    rmid: Option<u32>,
+    status: &'static str,
+    occupancy: Option<u64>,
+    total: u64,
+    local: u64,
+    mbm_seen: bool,
+}
+
+struct Printer {
+    rows: BTreeMap<(String, u32), Row>,
+    period_start: Duration,
+    ticks: u64,
+    late: Vec<Duration>,
+}
+
+impl Printer {
+    fn new() -> Self {
+        Printer { rows: BTreeMap::new(), period_start: Duration::ZERO, ticks: 0, late: Vec::new() }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        name: &str,
+        domain: u32,
+        rmid: Option<u32>,
+        status: &'static str,
+        occ: Option<u64>,
+        total: Option<u64>,
+        local: Option<u64>,
+    ) {
+        let r = self.rows.entry((name.to_string(), domain)).or_default();
+        r.rmid = rmid;
+        r.status = status;
+        r.occupancy = occ;
+        if let Some(t) = total {
+            r.total += t;
+            r.mbm_seen = true;
+        }
+        r.local += local.unwrap_or(0);
+    }
+
+    fn print(&mut self, now: Duration, header: &str, l3_bytes: Option<u64>) {
+        let secs = (now - self.period_start).as_secs_f64().max(1e-9);
+        self.late.sort_unstable();
+        let p99 = self.late.get(self.late.len().saturating_sub(1) * 99 / 100).copied().unwrap_or_default();
+        println!("t={:.3}s  {header}  ticks={}  lateness p99={:?}", now.as_secs_f64(), self.ticks, p99);
+        println!(
+            "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12}",
+            "CONTAINER", "DOMAIN", "RMID", "STATUS", "LLC_MiB", "LLC_%", "MBM_TOT_MB/s", "MBM_LOC_MB/s"
+        );
+        let mut rows: Vec<_> = self.rows.iter().collect();
+        rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(b.0)));
+        for ((name, dom), r) in rows {
+            let occ = r.occupancy.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
+            let pct = match (r.occupancy, l3_bytes) {
+                (Some(b), Some(l3)) if l3 > 0 => format!("{:.1}", 100.0 * b as f64 / l3 as f64),
+                _ => "-".into(),
+            };
+            let bw = |v: u64| if r.mbm_seen { format!("{:.1}", v as f64 / secs / 1e6) } else { "-".into() };
+            println!(
+                "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12}",
+                name,
+                dom,
+                r.rmid.map_or("-".into(), |x| x.to_string()),
+                r.status,
+                occ,
+                pct,
+                bw(r.total),
+                bw(r.local)
+            );
+        }
+        println!();
+        for r in self.rows.values_mut() {
+            r.total = 0;
+            r.local = 0;
+            r.mbm_seen = false;
+        }
+        self.period_start = now;
+        self.ticks = 0;
+        self.late.clear();
+    }
+}
+
+/// Drives ticks: wall clock with absolute deadlines, or virtual time with `--fast`.
+struct Clock {
+    start: Instant,
+    interval: Duration,
+    tick: u64,
+    fast: bool,
+    stop: Arc<AtomicBool>,
+    until: Option<Duration>,
+}
+
+impl Clock {
+    fn new(args: &MonitorArgs) -> Result<Clock, CliError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, stop.clone())
+                .map_err(|e| CliError::Unavailable(anyhow!("signal handler: {e}")))?;
+        }
+        Ok(Clock {
+            start: Instant::now(),
+            interval: args.interval,
+            tick: 0,
+            fast: args.fast,
+            stop,
+            until: args.duration,
+        })
+    }
+
+    /// Wait for the next tick; returns its time since start and its lateness, or None to stop.
+    fn next(&mut self) -> Option<(Duration, Duration)> {
+        self.tick += 1;
+        let due = self.interval * self.tick as u32;
+        if self.until.is_some_and(|u| due > u) || self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if self.fast {
+            return Some((due, Duration::ZERO));
+        }
+        let deadline = self.start + due;
+        let now = Instant::now();
+        if deadline > now {
+            std::thread::sleep(deadline - now);
+        }
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let t = self.start.elapsed();
+        Some((t, t.saturating_sub(due)))
+    }
+}
+
+fn check_interval(args: &MonitorArgs, caps: &Caps) -> Result<MbmTracker, CliError> {
+    let peak = args.peak_bandwidth_gbps.saturating_mul(1_000_000_000);
+    let tracker = MbmTracker::new(caps, peak);
+    tracker.check_interval(args.interval, peak).map_err(input)?;
+    Ok(tracker)
+}
+
+fn run_containers(
+    args: &MonitorArgs,
+    emu: Arc<EmuPlatform>,
+    caps: Caps,
+    domains: &[(u32, Vec<u32>)],
+    label: &str,
+) -> Result<(), CliError> {
+    let tracker = check_interval(args, &caps)?;
+    let reader = Reader::new(emu.clone(), caps.clone(), domains, Retries::default());
+    let cfg = Config {
+        max_rmid: caps.max_rmid,
+        threshold_bytes: Config::default_threshold(emu.l3_bytes(), caps.max_rmid),
+        min_limbo: Duration::from_millis(10),
+    };
+    let mut session = ContainerRmids::new(reader.domain_ids(), cfg, tracker);
+    let tagger = EmuTagger(emu.clone());
+    let mut known: Vec<String> = Vec::new();
+    let mut clock = Clock::new(args)?;
+    let mut printer = Printer::new();
+    let fail = |e: cachescope_cmt::SessionError| CliError::Unavailable(anyhow!(e));
+    while let Some((t, late)) = clock.next() {
+        emu.advance_to(t);
+        let running = emu.running_containers();
+        for c in known.iter().filter(|c| !running.contains(c)) {
+            session.stop(c, &tagger, t).map_err(fail)?;
+            printer.rows.retain(|(n, _), _| n != c);
+        }
+        for c in running.iter().filter(|c| !known.contains(c)) {
+            session.start(c, &tagger).map_err(fail)?;
+        }
+        known = running;
+        for s in session.sample(&reader, &tagger, t).map_err(fail)? {
+            printer.add(
+                &s.container,
+                s.domain,
+                s.rmid,
+                s.status,
+                s.occupancy_bytes,
+                s.mbm_total_bytes,
+                s.mbm_local_bytes,
+            );
+        }
+        printer.ticks += 1;
+        printer.late.push(late);
+        if t - printer.period_start >= args.print_every {
+            let alloc = session.allocator();
+            let mut limbo: Vec<u32> = alloc.domains().flat_map(|d| alloc.limbo(d)).collect();
+            limbo.sort_unstable();
+            limbo.dedup();
+            let header = format!(
+                "backend={label} interval={:?} RMIDs in use={} limbo={} unmonitored={}",
+                args.interval,
+                known.len() - session.unmonitored().len(),
+                limbo.len(),
+                session.unmonitored().len()
+            );
+            printer.print(t, &header, Some(emu.l3_bytes()));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cores<D: MsrDevice + Clone>(
+    args: &MonitorArgs,
+    dev: D,
+    caps: Caps,
+    domains: &[(u32, Vec<u32>)],
+    domain_of: &dyn Fn(u32) -> Option<u32>,
+    groups: &str,
+    emu: Option<Arc<EmuPlatform>>,
+    label: &str,
+) -> Result<(), CliError> {
+    let mut tracker = check_interval(args, &caps)?;
+    let groups = parse_core_groups(groups).map_err(input)?;
+    // Each group gets RMID index+1 in the domain(s) its cores belong to.
+    let mut plan = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
+        let rmid = i as u32 + 1;
+        if rmid > caps.max_rmid {
+            return Err(input(format!("{} core groups but only {} RMIDs", groups.len(), caps.max_rmid)));
+        }
+        let mut doms: Vec<u32> = Vec::new();
+        for &cpu in g {
+            let d =
+                domain_of(cpu).ok_or_else(|| input(format!("--cores: CPU {cpu} is not an online CPU with an L3")))?;
+            if !doms.contains(&d) {
+                doms.push(d);
+            }
+        }
+        plan.push((format!("cores {}", cpulist::format(g)), rmid, doms));
+    }
+    let assoc: Vec<(Vec<u32>, u32)> = groups.iter().cloned().zip(plan.iter().map(|p| p.1)).collect();
+    let mut pin = CorePinning::apply(dev.clone(), &assoc, caps.max_rmid, caps.max_rmid_any)
+        .map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+    let reader = Reader::new(dev, caps.clone(), domains, Retries::default());
+    let mut clock = Clock::new(args)?;
+    let mut printer = Printer::new();
+    let l3_bytes = emu.as_ref().map(|e| e.l3_bytes());
+    let result = (|| -> Result<(), CliError> {
+        while let Some((t, late)) = clock.next() {
+            if let Some(e) = &emu {
+                e.advance_to(t);
+            }
+            for (name, rmid, doms) in &plan {
+                for &d in doms {
+                    let occ =
+                        reader.read(d, *rmid, Event::L3Occupancy).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+                    let mut mbm = |ev: Event| -> Result<Option<u64>, CliError> {
+                        if !caps.events.contains(&ev) {
+                            return Ok(None);
+                        }
+                        let r = reader.read(d, *rmid, ev).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+                        Ok(tracker.update(d, *rmid, ev, r, t).map(|x| x.bytes))
+                    };
+                    let (tot, loc) = (mbm(Event::MbmTotal)?, mbm(Event::MbmLocal)?);
+                    let (status, bytes) = match occ {
+                        Reading::Count(c) => ("ok", Some(c * u64::from(caps.upscale_factor))),
+                        Reading::Unavailable => ("unavailable", None),
+                        Reading::Error => ("error", None),
+                    };
+                    printer.add(name, d, Some(*rmid), status, bytes, tot, loc);
+                }
+            }
+            printer.ticks += 1;
+            printer.late.push(late);
+            if t - printer.period_start >= args.print_every {
+                for x in pin.verify().map_err(|e| CliError::Unavailable(anyhow!(e)))? {
+                    eprintln!(
+                        "cachescope: CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
+                        x.cpu, x.found, x.expected
+                    );
+                }
+                printer.print(
+                    t,
+                    &format!("backend={label} interval={:?} core groups={}", args.interval, plan.len()),
+                    l3_bytes,
+                );
+            }
+        }
+        Ok(())
+    })();
+    let report = pin.restore().map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+    eprintln!(
+        "cachescope: restored IA32_PQR_ASSOC on {} CPUs{}",
+        report.restored,
+        if report.left_alone.is_empty() {
+            String::new()
+        } else {
+            format!(", left {} changed by others alone", report.left_alone.len())
+        }
+    );
+    result
+}
