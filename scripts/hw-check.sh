@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Tier 4 (DESIGN.md §4): run by hand on a machine with real CMT/MBM. Decodes the host, checks
+# that CPUID agrees on every CPU, and prints what cachescope would use. Exit 1 when the host
+# does not enumerate L3 monitoring (then it is not a tier-4 machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo build --release --locked -q -p cachescope
+bin=target/release/cachescope
+grep -o 'cqm[a-z_]*\|rdt_a\|mba' /proc/cpuinfo | sort | uniq -c || echo "no cqm/rdt flags in /proc/cpuinfo"
+"$bin" info
+json=$("$bin" info --json)
+python3 - "$json" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+m = j["monitoring"]
+print("monitoring supported:", m["supported"], "| reason:", m["reason"])
+pc = j["cpuid"]["per_cpu"]
+print("per-CPU CPUID check:", "agree" if pc.get("agree") else pc)
+sys.exit(0 if m["supported"] else 1)
+PY
