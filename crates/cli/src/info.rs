@@ -120,6 +120,8 @@ struct CpuidOrigin {
 struct PerCpuCheck {
     checked: bool,
     cpus: usize,
+    /// The CPU the others are compared with (the first online one).
+    reference_cpu: Option<u32>,
     agree: Option<bool>,
     differing: Vec<CpuDifference>,
     reason: Option<String>,
@@ -201,7 +203,7 @@ fn per_cpu_check(paths: &HostPaths, cpus: &[u32], fallback: &CpuidSnapshot) -> R
         let snap = CpuidSnapshot::capture(&dev).map_err(|e| format!("{}: {e}", dev.describe()))?;
         snaps.push((cpu, snap));
     }
-    let reference = snaps.first().map(|(_, s)| s).unwrap_or(fallback);
+    let (reference_cpu, reference) = snaps.first().map(|(c, s)| (*c, s)).unwrap_or((0, fallback));
     let differing: Vec<CpuDifference> = snaps
         .iter()
         .filter_map(|(cpu, s)| {
@@ -210,7 +212,14 @@ fn per_cpu_check(paths: &HostPaths, cpus: &[u32], fallback: &CpuidSnapshot) -> R
                 .then(|| CpuDifference { cpu: *cpu, leaves: d.iter().map(|(l, s)| format!("{l:#x}.{s}")).collect() })
         })
         .collect();
-    Ok(PerCpuCheck { checked: true, cpus: snaps.len(), agree: Some(differing.is_empty()), differing, reason: None })
+    Ok(PerCpuCheck {
+        checked: true,
+        cpus: snaps.len(),
+        reference_cpu: Some(reference_cpu),
+        agree: Some(differing.is_empty()),
+        differing,
+        reason: None,
+    })
 }
 
 fn assemble(
@@ -325,7 +334,7 @@ pub fn render(r: &InfoReport) -> String {
         if pc.differing.is_empty() {
             let _ = writeln!(o, "  per-CPU check: all {} CPUs report the same leaves (/dev/cpu/N/cpuid)", pc.cpus);
         } else {
-            let _ = writeln!(o, "  per-CPU check: CPUs DISAGREE with CPU {}:", 0);
+            let _ = writeln!(o, "  per-CPU check: CPUs DISAGREE with CPU {}:", opt(pc.reference_cpu));
             for d in &pc.differing {
                 let _ = writeln!(o, "    cpu {}: leaves {}", d.cpu, d.leaves.join(", "));
             }
