@@ -1,0 +1,210 @@
+//! Containers from the cgroup tree: which exist, what they are called, which threads they
+//! hold, and (in [`watch`]) when they start and stop.
+//!
+//! Parsing a path into an identity is pure ([`identity`]); this module does the I/O: find the
+//! hierarchy in mountinfo, walk it, stat directories for their cgroup id (the inode, which is
+//! what BPF's `bpf_get_current_cgroup_id` returns on cgroup v2), read `cgroup.threads`.
+
+pub mod identity;
+pub mod watch;
+
+use cachescope_platform::mountinfo::{self, CgroupLayout};
+use identity::{identify, Glob, Identity};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Deepest cgroup nesting walked (the kernel's default max depth is unlimited; real trees
+/// are under 10 deep).
+pub const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup hierarchy mounted (checked {0})")]
+    NotMounted(String),
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+}
+
+/// Which hierarchy is in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub root: PathBuf,
+    /// true: cgroup v2; false: the v1 cpu/cpuacct fallback.
+    pub v2: bool,
+    /// Human description ("cgroup v2 at ... (hybrid)").
+    pub description: String,
+}
+
+impl Hierarchy {
+    /// Find cgroup v2 in `<proc_root>/self/mountinfo`, or fall back to v1 cpu/cpuacct.
+    pub fn find(proc_root: &Path) -> Result<Hierarchy, CgroupError> {
+        let mi = proc_root.join("self/mountinfo");
+        let mounts = mountinfo::read(proc_root).map_err(|error| CgroupError::Io { path: mi.clone(), error })?;
+        match mountinfo::cgroup_layout(&mounts) {
+            CgroupLayout::Unified { v2 } => {
+                Ok(Hierarchy { description: format!("cgroup v2 at {}", v2.display()), root: v2, v2: true })
+            }
+            CgroupLayout::Hybrid { v2, .. } => Ok(Hierarchy {
+                description: format!("cgroup v2 at {} (hybrid layout beside v1 controllers)", v2.display()),
+                root: v2,
+                v2: true,
+            }),
+            CgroupLayout::Legacy { v1_controllers } => {
+                let cpu = v1_controllers
+                    .iter()
+                    .find(|(c, _)| c.split(',').any(|x| x == "cpu" || x == "cpuacct"))
+                    .ok_or_else(|| CgroupError::NotMounted(format!("{}: only v1 without cpu/cpuacct", mi.display())))?;
+                Ok(Hierarchy {
+                    description: format!(
+                        "cgroup v1 {} at {} (no cgroup v2; cgroup ids will not match BPF)",
+                        cpu.0,
+                        cpu.1.display()
+                    ),
+                    root: cpu.1.clone(),
+                    v2: false,
+                })
+            }
+            CgroupLayout::None => Err(CgroupError::NotMounted(mi.display().to_string())),
+        }
+    }
+}
+
+/// A container as found in the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    pub identity: Identity,
+    /// Relative to the hierarchy root, `/`-separated, no leading slash.
+    pub cgroup_path: String,
+    /// The directory's inode; None if it vanished before it could be read.
+    pub cgroup_id: Option<u64>,
+    /// Human name from the runtime's local state, where readable without a daemon.
+    pub name: Option<String>,
+}
+
+/// Walk the hierarchy and return every container. A container's own sub-cgroups belong to it
+/// and are not searched for further containers.
+pub fn scan(root: &Path, globs: &[Glob]) -> Result<Vec<Container>, CgroupError> {
+    let mut out = Vec::new();
+    scan_under(root, "", globs, &mut out)?;
+    Ok(out)
+}
+
+/// As [`scan`], for the subtree at `rel` (which may itself be a container).
+pub fn scan_under(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>) -> Result<(), CgroupError> {
+    walk(root, rel, globs, out, 0)
+}
+
+fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
+    if !rel.is_empty() {
+        if let Some(identity) = identify(rel, globs) {
+            out.push(describe(root, rel, identity));
+            return Ok(());
+        }
+    }
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    let dir = root.join(rel);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        // Removed while we walked: a normal event.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(CgroupError::Io { path: dir, error }),
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    for n in names {
+        let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
+        walk(root, &child, globs, out, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Fill in cgroup id and name for an identified path.
+pub fn describe(root: &Path, rel: &str, identity: Identity) -> Container {
+    let cgroup_id = std::fs::metadata(root.join(rel)).ok().map(|m| m.ino());
+    let name = docker_name(Path::new("/var/lib/docker/containers"), &identity);
+    Container { identity, cgroup_path: rel.to_string(), cgroup_id, name }
+}
+
+/// Docker keeps each container's name in `containers/<id>/config.v2.json` ("Name": "/web").
+pub fn docker_name(containers_dir: &Path, id: &Identity) -> Option<String> {
+    if id.runtime != identity::Runtime::Docker {
+        return None;
+    }
+    let text = std::fs::read_to_string(containers_dir.join(&id.id).join("config.v2.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let name = v.get("Name")?.as_str()?.trim_start_matches('/');
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Thread ids in the container's cgroup and all its descendants (`cgroup.threads` on v2,
+/// `tasks` on v1). Threads and cgroups that vanish meanwhile are skipped.
+pub fn threads(root: &Path, rel: &str, v2: bool) -> Result<Vec<u32>, CgroupError> {
+    let mut tids = Vec::new();
+    collect_threads(&root.join(rel), if v2 { "cgroup.threads" } else { "tasks" }, &mut tids, 0)?;
+    tids.sort_unstable();
+    tids.dedup();
+    Ok(tids)
+}
+
+fn collect_threads(dir: &Path, file: &str, out: &mut Vec<u32>, depth: usize) -> Result<(), CgroupError> {
+    match std::fs::read_to_string(dir.join(file)) {
+        Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(CgroupError::Io { path: dir.join(file), error }),
+    }
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.filter_map(Result::ok) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_threads(&e.path(), file, out, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_mountinfo(text: &str) -> Result<Hierarchy, CgroupError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("self")).unwrap();
+        std::fs::write(dir.path().join("self/mountinfo"), text).unwrap();
+        Hierarchy::find(dir.path())
+    }
+
+    #[test]
+    fn hierarchy_choice() {
+        let hybrid = "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                      41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        let h = with_mountinfo(hybrid).unwrap();
+        assert!(h.v2 && h.root == Path::new("/sys/fs/cgroup/unified") && h.description.contains("hybrid"));
+        let legacy = "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                      33 31 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        let h = with_mountinfo(legacy).unwrap();
+        assert!(!h.v2 && h.root == Path::new("/sys/fs/cgroup/cpu,cpuacct") && h.description.contains("v1"));
+        assert!(with_mountinfo("33 31 0:30 / /m rw - cgroup cgroup rw,memory\n").is_err());
+        assert!(with_mountinfo("").unwrap_err().to_string().contains("no cgroup hierarchy"));
+    }
+
+    #[test]
+    fn docker_names_from_local_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        std::fs::create_dir_all(dir.path().join(id)).unwrap();
+        std::fs::write(dir.path().join(id).join("config.v2.json"), r#"{"Name":"/web-1","Id":"x"}"#).unwrap();
+        let ident = identity::identify(&format!("docker/{id}"), &[]).unwrap();
+        assert_eq!(docker_name(dir.path(), &ident).as_deref(), Some("web-1"));
+        let other = identity::identify(&format!("system.slice/crio-{id}.scope"), &[]).unwrap();
+        assert_eq!(docker_name(dir.path(), &other), None, "never invented");
+    }
+}

@@ -1,0 +1,284 @@
+//! Container start/stop events from inotify on the cgroup tree, with a periodic full
+//! reconcile as a safety net.
+//!
+//! inotify is not recursive: every non-container directory gets its own watch, and a new
+//! directory is rescanned right after its watch is added, so children created in between are
+//! not missed. Duplicates (seen by both the rescan and an event) are suppressed by keeping the
+//! set of known containers keyed by path and cgroup id. Events leave one thread, in order.
+
+use crate::identity::{identify, Glob};
+use crate::{describe, CgroupError, Container};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lifecycle {
+    Started,
+    Stopped,
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: Lifecycle,
+    pub container: Container,
+    /// When cachescope noticed it.
+    pub at: SystemTime,
+    pub at_monotonic: Instant,
+}
+
+struct State {
+    root: PathBuf,
+    globs: Vec<Glob>,
+    inotify: Inotify,
+    wd_path: HashMap<WatchDescriptor, String>,
+    known: BTreeMap<String, Container>,
+    tx: Sender<Event>,
+}
+
+impl State {
+    fn emit(&self, kind: Lifecycle, container: Container) {
+        let _ = self.tx.send(Event { kind, container, at: SystemTime::now(), at_monotonic: Instant::now() });
+    }
+
+    /// Watch and walk the subtree at `rel`, collecting containers into `found`.
+    fn sync_subtree(&mut self, rel: &str, found: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
+        if !rel.is_empty() {
+            if let Some(identity) = identify(rel, &self.globs) {
+                found.push(describe(&self.root, rel, identity));
+                return Ok(());
+            }
+        }
+        let dir = self.root.join(rel);
+        match self.inotify.watches().add(&dir, WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR) {
+            Ok(wd) => {
+                self.wd_path.insert(wd, rel.to_string());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            // ENOTDIR: a file raced in under that name; ENOSPC: out of watches, where the
+            // periodic reconcile still finds what happens below.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ENOSPC)) => return Ok(()),
+            Err(error) => return Err(CgroupError::Io { path: dir, error }),
+        }
+        if depth >= crate::MAX_DEPTH {
+            return Ok(());
+        }
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(CgroupError::Io { path: dir, error }),
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        for n in names {
+            let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
+            self.sync_subtree(&child, found, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    fn start_if_new(&mut self, c: Container) {
+        match self.known.get(&c.cgroup_path) {
+            Some(k) if k.cgroup_id == c.cgroup_id || c.cgroup_id.is_none() => {}
+            Some(_) => {
+                // Same path, new directory: the old one is gone.
+                if let Some(old) = self.known.remove(&c.cgroup_path) {
+                    self.emit(Lifecycle::Stopped, old);
+                }
+                self.known.insert(c.cgroup_path.clone(), c.clone());
+                self.emit(Lifecycle::Started, c);
+            }
+            None => {
+                self.known.insert(c.cgroup_path.clone(), c.clone());
+                self.emit(Lifecycle::Started, c);
+            }
+        }
+    }
+
+    fn stop_under(&mut self, rel: &str) {
+        let prefix = format!("{rel}/");
+        // cgroupfs does not always send IN_IGNORED for a removed directory: drop its watches
+        // (and its descendants') explicitly. EINVAL means the kernel already did.
+        let stale: Vec<WatchDescriptor> = self
+            .wd_path
+            .iter()
+            .filter(|(_, p)| p.as_str() == rel || p.starts_with(&prefix))
+            .map(|(wd, _)| wd.clone())
+            .collect();
+        for wd in stale {
+            self.wd_path.remove(&wd);
+            let _ = self.inotify.watches().remove(wd);
+        }
+        let gone: Vec<String> =
+            self.known.keys().filter(|p| p.as_str() == rel || p.starts_with(&prefix)).cloned().collect();
+        for p in gone {
+            if let Some(c) = self.known.remove(&p) {
+                self.emit(Lifecycle::Stopped, c);
+            }
+        }
+    }
+
+    /// Full rescan: watches for every directory, Started/Stopped for every difference.
+    fn reconcile(&mut self) -> Result<(), CgroupError> {
+        let mut found = Vec::new();
+        let before: Vec<(WatchDescriptor, String)> = self.wd_path.drain().collect();
+        self.sync_subtree("", &mut found, 0)?;
+        // Watches of directories that no longer exist (their removal event was lost).
+        for (wd, _) in before {
+            if !self.wd_path.contains_key(&wd) {
+                let _ = self.inotify.watches().remove(wd);
+            }
+        }
+        let present: BTreeMap<String, Option<u64>> =
+            found.iter().map(|c| (c.cgroup_path.clone(), c.cgroup_id)).collect();
+        let gone: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(p, c)| present.get(*p).is_none_or(|id| id.is_some() && *id != c.cgroup_id))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in gone {
+            if let Some(c) = self.known.remove(&p) {
+                self.emit(Lifecycle::Stopped, c);
+            }
+        }
+        for c in found {
+            self.start_if_new(c);
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<String>) -> Result<(), CgroupError> {
+        if mask.contains(EventMask::Q_OVERFLOW) {
+            return self.reconcile();
+        }
+        if mask.contains(EventMask::IGNORED) {
+            self.wd_path.remove(wd);
+            return Ok(());
+        }
+        let (Some(parent), Some(name)) = (self.wd_path.get(wd).cloned(), name) else { return Ok(()) };
+        if !mask.contains(EventMask::ISDIR) {
+            return Ok(());
+        }
+        let rel = if parent.is_empty() { name } else { format!("{parent}/{name}") };
+        if mask.contains(EventMask::CREATE) {
+            let mut found = Vec::new();
+            self.sync_subtree(&rel, &mut found, rel.matches('/').count() + 1)?;
+            if found.is_empty() {
+                // Created and removed before we looked: still a container that started and
+                // stopped, if its name says so.
+                if let Some(identity) = identify(&rel, &self.globs) {
+                    found.push(Container { identity, cgroup_path: rel.clone(), cgroup_id: None, name: None });
+                }
+            }
+            for c in found {
+                self.start_if_new(c);
+            }
+        } else if mask.contains(EventMask::DELETE) {
+            self.stop_under(&rel);
+        }
+        Ok(())
+    }
+}
+
+/// A running watch. Dropping it stops the thread and closes the inotify descriptor.
+pub struct Watcher {
+    stop: Arc<AtomicBool>,
+    watches: Arc<AtomicUsize>,
+    handle: Option<JoinHandle<Result<(), CgroupError>>>,
+}
+
+impl Watcher {
+    /// Start watching `root`. The returned receiver first gets a Started event for every
+    /// container present now, then every change, in order.
+    pub fn start(
+        root: &Path,
+        globs: Vec<Glob>,
+        reconcile_every: Duration,
+    ) -> Result<(Watcher, Receiver<Event>), CgroupError> {
+        let inotify =
+            Inotify::init().map_err(|error| CgroupError::Io { path: PathBuf::from("inotify_init1"), error })?;
+        let (tx, rx) = channel();
+        let mut st =
+            State { root: root.to_path_buf(), globs, inotify, wd_path: HashMap::new(), known: BTreeMap::new(), tx };
+        st.reconcile()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let watches = Arc::new(AtomicUsize::new(st.wd_path.len()));
+        let (stop2, watches2) = (stop.clone(), watches.clone());
+        let handle = std::thread::Builder::new()
+            .name("cgroup-watch".into())
+            .spawn(move || run(st, stop2, watches2, reconcile_every))
+            .map_err(|error| CgroupError::Io { path: PathBuf::from("thread"), error })?;
+        Ok((Watcher { stop, watches, handle: Some(handle) }, rx))
+    }
+
+    /// inotify watches currently held (one per non-container directory).
+    pub fn watch_count(&self) -> usize {
+        self.watches.load(Ordering::Relaxed)
+    }
+
+    /// Stop and report the thread's error, if it had one.
+    pub fn stop(mut self) -> Result<(), CgroupError> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(CgroupError::Io {
+                path: "cgroup-watch".into(),
+                error: std::io::Error::other("watch thread panicked"),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn run(
+    mut st: State,
+    stop: Arc<AtomicBool>,
+    watches: Arc<AtomicUsize>,
+    reconcile_every: Duration,
+) -> Result<(), CgroupError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut last_reconcile = Instant::now();
+    let fd = st.inotify.as_raw_fd();
+    while !stop.load(Ordering::Relaxed) {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: `pfd` is one valid pollfd for the inotify descriptor, which `st` keeps open
+        // for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 50) };
+        if n > 0 {
+            let events: Vec<(WatchDescriptor, EventMask, Option<String>)> = match st.inotify.read_events(&mut buf) {
+                Ok(evs) => evs.map(|e| (e.wd, e.mask, e.name.and_then(|n| n.to_str().map(String::from)))).collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
+                Err(error) => return Err(CgroupError::Io { path: "inotify read".into(), error }),
+            };
+            for (wd, mask, name) in events {
+                st.handle(&wd, mask, name)?;
+            }
+        }
+        if last_reconcile.elapsed() >= reconcile_every {
+            st.reconcile()?;
+            last_reconcile = Instant::now();
+        }
+        watches.store(st.wd_path.len(), Ordering::Relaxed);
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! Against the real cgroup v2 hierarchy, as root. Each test works in its own cgroup subtree so
+//! the host's other cgroups do not interfere; without root or cgroup v2 it says why and skips.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use cachescope_cgroups::identity::Runtime;
+use cachescope_cgroups::watch::{Lifecycle, Watcher};
+use cachescope_cgroups::{scan, threads, Hierarchy};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A private subtree under the v2 root, removed (depth first) on drop.
+struct TestRoot(PathBuf);
+
+impl TestRoot {
+    fn new(tag: &str) -> Option<TestRoot> {
+        // SAFETY: geteuid has no preconditions and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skip: not root, cannot create cgroups");
+            return None;
+        }
+        let h = match Hierarchy::find(Path::new("/proc")) {
+            Ok(h) if h.v2 => h,
+            other => {
+                println!("skip: no cgroup v2 hierarchy ({other:?})");
+                return None;
+            }
+        };
+        let dir = h.root.join(format!("cachescope-test-{tag}-{}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => Some(TestRoot(dir)),
+            Err(e) => {
+                println!("skip: cannot create {}: {e}", dir.display());
+                None
+            }
+        }
+    }
+}
+
+fn rm_tree(p: &Path) {
+    if let Ok(entries) = std::fs::read_dir(p) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                rm_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(p);
+}
+
+impl Drop for TestRoot {
+    fn drop(&mut self) {
+        rm_tree(&self.0);
+    }
+}
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn discovers_identity_cgroup_id_and_threads() {
+    let Some(root) = TestRoot::new("disc") else { return };
+    let uid = "8e2f6a3c_1b4d_4e5f_9a0b_1c2d3e4f5a6b";
+    let docker = format!("system.slice/docker-{ID}.scope");
+    let pod =
+        format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/cri-containerd-{ID}.scope");
+    for p in [&docker, &pod, &"system.slice/cron.service".to_string()] {
+        std::fs::create_dir_all(root.0.join(p)).unwrap();
+    }
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(root.0.join(&docker).join("cgroup.procs"), child.id().to_string()).unwrap();
+
+    let found = scan(&root.0, &[]).unwrap();
+    let by_path: BTreeMap<_, _> = found.iter().map(|c| (c.cgroup_path.clone(), c)).collect();
+    assert_eq!(found.len(), 3, "{found:?}");
+    let d = by_path[&docker];
+    assert_eq!((d.identity.id.as_str(), d.identity.runtime), (ID, Runtime::Docker));
+    assert_eq!(d.cgroup_id, Some(std::fs::metadata(root.0.join(&docker)).unwrap().ino()));
+    let k = by_path[&pod];
+    assert_eq!(k.identity.runtime, Runtime::Containerd);
+    assert_eq!(k.identity.pod_uid.as_deref(), Some("8e2f6a3c-1b4d-4e5f-9a0b-1c2d3e4f5a6b"));
+    assert_eq!(by_path["system.slice/cron.service"].identity.runtime, Runtime::Systemd);
+
+    let tids = threads(&root.0, &docker, true).unwrap();
+    assert_eq!(tids, vec![child.id()]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The killed process leaves the cgroup; its threads list empties.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !threads(&root.0, &docker, true).unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(threads(&root.0, &docker, true).unwrap().is_empty());
+}
+
+fn collect(
+    rx: &std::sync::mpsc::Receiver<cachescope_cgroups::watch::Event>,
+    quiet: Duration,
+) -> Vec<cachescope_cgroups::watch::Event> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.recv_timeout(quiet) {
+        out.push(e);
+    }
+    out
+}
+
+#[test]
+fn watcher_reports_start_and_stop() {
+    let Some(root) = TestRoot::new("watch") else { return };
+    std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
+    let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_secs(3600)).unwrap();
+    assert!(collect(&rx, Duration::from_millis(100)).is_empty(), "no containers yet");
+    let p = format!("system.slice/docker-{ID}.scope");
+    let t0 = Instant::now();
+    std::fs::create_dir(root.0.join(&p)).unwrap();
+    let e = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    println!("Started seen after {:?}", t0.elapsed());
+    assert_eq!((e.kind, e.container.cgroup_path.as_str()), (Lifecycle::Started, p.as_str()));
+    assert_eq!(e.container.cgroup_id, Some(std::fs::metadata(root.0.join(&p)).unwrap().ino()));
+    // A new pod slice and a container inside it, created back to back: both levels found.
+    let pod = "kubepods.slice/kubepods-pod8e2f6a3c_1b4d_4e5f_9a0b_1c2d3e4f5a6b.slice";
+    std::fs::create_dir_all(root.0.join(pod).join(format!("crio-{ID}.scope"))).unwrap();
+    let e = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(e.container.identity.runtime, Runtime::CriO);
+    std::fs::remove_dir(root.0.join(&p)).unwrap();
+    let e = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!((e.kind, e.container.cgroup_path.as_str()), (Lifecycle::Stopped, p.as_str()));
+    assert!(collect(&rx, Duration::from_millis(200)).is_empty(), "no duplicates");
+    w.stop().unwrap();
+}
+
+#[test]
+fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
+    let Some(root) = TestRoot::new("churn") else { return };
+    std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
+    let fds_before = fd_count();
+    let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_millis(200)).unwrap();
+    let watches_before = w.watch_count();
+    // Pod slices exist before their containers, as with real runtimes: a container whose
+    // parent directory appears and vanishes before any watch is on it cannot be seen by
+    // inotify (nor by a rescan).
+    let slices: Vec<PathBuf> = (0..20)
+        .map(|i| root.0.join(format!("kubepods.slice/kubepods-pod{:08x}_0000_0000_0000_{:012x}.slice", i, i)))
+        .collect();
+    for s in &slices {
+        std::fs::create_dir_all(s).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while w.watch_count() < watches_before + 21 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let watches_with_slices = w.watch_count();
+    let n = 200;
+    let t0 = Instant::now();
+    for i in 0..n {
+        let id = format!("{:064x}", i);
+        let p = if i % 2 == 0 {
+            root.0.join(format!("system.slice/docker-{id}.scope"))
+        } else {
+            slices[i % slices.len()].join(format!("cri-containerd-{id}.scope"))
+        };
+        std::fs::create_dir(&p).unwrap();
+        std::fs::remove_dir(&p).unwrap();
+    }
+    let churn = t0.elapsed();
+    let events = collect(&rx, Duration::from_millis(800));
+    let mut count: BTreeMap<(String, bool), usize> = BTreeMap::new();
+    for e in &events {
+        *count.entry((e.container.cgroup_path.clone(), e.kind == Lifecycle::Started)).or_default() += 1;
+    }
+    let starts = count.iter().filter(|((_, s), _)| *s).count();
+    let stops = count.iter().filter(|((_, s), _)| !*s).count();
+    println!("{n} containers churned in {churn:?}: {} events, {starts} started, {stops} stopped", events.len());
+    assert!(
+        count.values().all(|&v| v == 1),
+        "duplicates: {:?}",
+        count.iter().filter(|(_, &v)| v != 1).collect::<Vec<_>>()
+    );
+    assert_eq!((starts, stops), (n, n), "every start and stop reported");
+    // Per container, Started precedes Stopped.
+    let mut seen = BTreeMap::new();
+    for e in &events {
+        let started = seen.entry(e.container.cgroup_path.clone()).or_insert(false);
+        if e.kind == Lifecycle::Started {
+            *started = true;
+        } else {
+            assert!(*started, "Stopped before Started for {}", e.container.cgroup_path);
+        }
+    }
+    assert_eq!(w.watch_count(), watches_with_slices, "container churn must not add watches");
+    for s in &slices {
+        std::fs::remove_dir(s).unwrap();
+    }
+    std::fs::remove_dir(root.0.join("kubepods.slice")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while w.watch_count() != watches_before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(w.watch_count(), watches_before, "watches of removed directories leaked");
+    w.stop().unwrap();
+    assert_eq!(fd_count(), fds_before, "file descriptors leaked");
+}
