@@ -104,12 +104,20 @@ fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth:
     if depth >= MAX_DEPTH {
         return Ok(());
     }
-    let dir = root.join(rel);
-    let entries = match std::fs::read_dir(&dir) {
+    for n in subdirs(&root.join(rel))? {
+        let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
+        walk(root, &child, globs, out, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Names of the sub-directories of `dir`, sorted; none when `dir` was removed meanwhile
+/// (cgroups vanish while we walk: a normal event, not an error).
+pub(crate) fn subdirs(dir: &Path) -> Result<Vec<String>, CgroupError> {
+    let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        // Removed while we walked: a normal event.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(CgroupError::Io { path: dir, error }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(CgroupError::Io { path: dir.to_path_buf(), error }),
     };
     let mut names: Vec<String> = entries
         .filter_map(Result::ok)
@@ -117,11 +125,7 @@ fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth:
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     names.sort();
-    for n in names {
-        let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
-        walk(root, &child, globs, out, depth + 1)?;
-    }
-    Ok(())
+    Ok(names)
 }
 
 /// Fill in cgroup id and name for an identified path.

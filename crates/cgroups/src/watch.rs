@@ -69,18 +69,7 @@ impl State {
         if depth >= crate::MAX_DEPTH {
             return Ok(());
         }
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(error) => return Err(CgroupError::Io { path: dir, error }),
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        for n in names {
+        for n in crate::subdirs(&dir)? {
             let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
             self.sync_subtree(&child, found, depth + 1)?;
         }
