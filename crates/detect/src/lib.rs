@@ -8,9 +8,10 @@ mod syscalls;
 
 use cachescope_hw::CpuInfo;
 use cachescope_platform::mountinfo::{self, CgroupLayout, Mount};
+use cachescope_platform::msr::map_open_error;
 use serde::Serialize;
-use std::io;
-use std::path::{Path, PathBuf};
+
+use std::path::PathBuf;
 
 pub use syscalls::{LiveProbe, SyscallProbe};
 
@@ -160,19 +161,7 @@ pub fn msr(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo, probe: &dyn Sysca
     let dev = paths.dev_root.join("cpu/0/msr");
     match probe.open_rw(&dev) {
         Ok(()) => BackendStatus::yes(N, Role::CacheMonitoring, format!("{} opens read-write", dev.display())),
-        Err(e) => BackendStatus::no(N, Role::CacheMonitoring, describe_dev_error(&dev, &e, "msr", "CAP_SYS_RAWIO")),
-    }
-}
-
-fn describe_dev_error(dev: &Path, e: &io::Error, driver: &str, cap: &str) -> String {
-    match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
-            format!("{} is missing: the {driver} driver is not loaded (modprobe {driver})", dev.display())
-        }
-        Some(libc::EACCES) | Some(libc::EPERM) => {
-            format!("{}: permission denied: needs root with {cap}", dev.display())
-        }
-        _ => format!("{}: {e}", dev.display()),
+        Err(e) => BackendStatus::no(N, Role::CacheMonitoring, map_open_error(&e, &dev, 0).to_string()),
     }
 }
 

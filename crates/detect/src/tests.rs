@@ -1,6 +1,8 @@
 use super::*;
 use cachescope_hw::cpuid::{CpuidSnapshot, Regs};
 use std::cell::Cell;
+use std::io;
+use std::path::Path;
 
 /// A kernel that answers each probe as told.
 struct FakeKernel {
