@@ -5,12 +5,12 @@
 use crate::{duration, CliError};
 use anyhow::anyhow;
 use cachescope_cmt::{
-    parse_core_groups, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Reading, Retries, TaskTagger,
+    parse_core_groups, sample_rmid, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Retries, TaskTagger,
 };
 use cachescope_detect::{detect, HostPaths, LiveProbe};
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_hw::cpuid::CpuidSnapshot;
-use cachescope_hw::msr::{Event, MsrDevice};
+use cachescope_hw::msr::MsrDevice;
 use cachescope_hw::{cpulist, CpuInfo};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
 use cachescope_rmid::Config;
@@ -404,22 +404,17 @@ fn run_cores<D: MsrDevice + Clone>(
             }
             for (name, rmid, doms) in &plan {
                 for &d in doms {
-                    let occ =
-                        reader.read(d, *rmid, Event::L3Occupancy).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
-                    let mut mbm = |ev: Event| -> Result<Option<u64>, CliError> {
-                        if !caps.events.contains(&ev) {
-                            return Ok(None);
-                        }
-                        let r = reader.read(d, *rmid, ev).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
-                        Ok(tracker.update(d, *rmid, ev, r, t).map(|x| x.bytes))
-                    };
-                    let (tot, loc) = (mbm(Event::MbmTotal)?, mbm(Event::MbmLocal)?);
-                    let (status, bytes) = match occ {
-                        Reading::Count(c) => ("ok", Some(c * u64::from(caps.upscale_factor))),
-                        Reading::Unavailable => ("unavailable", None),
-                        Reading::Error => ("error", None),
-                    };
-                    printer.add(name, d, Some(*rmid), status, bytes, tot, loc);
+                    let x = sample_rmid(&reader, &mut tracker, d, *rmid, t)
+                        .map_err(|e| CliError::Unavailable(anyhow!(e)))?;
+                    printer.add(
+                        name,
+                        d,
+                        Some(*rmid),
+                        x.status,
+                        x.occupancy_bytes,
+                        x.mbm_total_bytes,
+                        x.mbm_local_bytes,
+                    );
                 }
             }
             printer.ticks += 1;

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 pub use pinning::{parse_core_groups, CorePinning, PinError, Tampered};
-pub use session::{ContainerRmids, ContainerSample, SessionError, TaskTagger};
+pub use session::{sample_rmid, ContainerRmids, ContainerSample, RmidSample, SessionError, TaskTagger};
 
 /// What the monitoring hardware offers, from CPUID.
 #[derive(Debug, Clone, PartialEq, Eq)]

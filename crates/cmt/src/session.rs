@@ -35,6 +35,44 @@ pub struct ContainerSample {
     pub status: &'static str,
 }
 
+/// What one RMID shows in one domain at one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RmidSample {
+    /// `ok`, `unavailable` or `error`, from the occupancy read.
+    pub status: &'static str,
+    pub occupancy_bytes: Option<u64>,
+    /// Bytes since the previous sample of this counter (None for the first, or after a gap).
+    pub mbm_total_bytes: Option<u64>,
+    pub mbm_local_bytes: Option<u64>,
+}
+
+/// Read every event the hardware offers for `rmid` in `domain`; MBM through `mbm`.
+pub fn sample_rmid<D: MsrDevice>(
+    reader: &Reader<D>,
+    mbm: &mut MbmTracker,
+    domain: u32,
+    rmid: u32,
+    now: Duration,
+) -> Result<RmidSample, ReadError> {
+    let has = |e: Event| reader.caps().events.contains(&e);
+    let occ = if has(Event::L3Occupancy) { Some(reader.read(domain, rmid, Event::L3Occupancy)?) } else { None };
+    let mut delta = |e: Event| -> Result<Option<u64>, ReadError> {
+        if !has(e) {
+            return Ok(None);
+        }
+        let r = reader.read(domain, rmid, e)?;
+        Ok(mbm.update(domain, rmid, e, r, now).map(|x| x.bytes))
+    };
+    let (mbm_total_bytes, mbm_local_bytes) = (delta(Event::MbmTotal)?, delta(Event::MbmLocal)?);
+    let (status, occupancy_bytes) = match occ {
+        Some(Reading::Count(c)) => ("ok", Some(c * u64::from(reader.caps().upscale_factor))),
+        Some(Reading::Unavailable) => ("unavailable", None),
+        Some(Reading::Error) => ("error", None),
+        None => ("ok", None),
+    };
+    Ok(RmidSample { status, occupancy_bytes, mbm_total_bytes, mbm_local_bytes })
+}
+
 pub struct ContainerRmids {
     alloc: Allocator<String>,
     domains: Vec<u32>,
@@ -116,36 +154,17 @@ impl ContainerRmids {
         now: Duration,
     ) -> Result<Vec<ContainerSample>, SessionError> {
         let mut out = Vec::with_capacity(self.assigned.len() * self.domains.len() + self.pending.len());
-        let has = |e: Event| reader.caps().events.contains(&e);
         for (name, &rmid) in &self.assigned {
             for &d in &self.domains {
-                let occ = if has(Event::L3Occupancy) { Some(reader.read(d, rmid, Event::L3Occupancy)?) } else { None };
-                let mut mbm = |e: Event| -> Result<Option<u64>, ReadError> {
-                    if !has(e) {
-                        return Ok(None);
-                    }
-                    let r = reader.read(d, rmid, e)?;
-                    Ok(self.mbm.update(d, rmid, e, r, now).map(|x| x.bytes))
-                };
-                let total = mbm(Event::MbmTotal)?;
-                let local = mbm(Event::MbmLocal)?;
-                let status = match occ {
-                    Some(Reading::Error) => "error",
-                    Some(Reading::Unavailable) => "unavailable",
-                    _ => "ok",
-                };
-                let occupancy_bytes = match occ {
-                    Some(Reading::Count(c)) => Some(c * u64::from(reader.caps().upscale_factor)),
-                    _ => None,
-                };
+                let x = sample_rmid(reader, &mut self.mbm, d, rmid, now)?;
                 out.push(ContainerSample {
                     container: name.clone(),
                     domain: d,
                     rmid: Some(rmid),
-                    occupancy_bytes,
-                    mbm_total_bytes: total,
-                    mbm_local_bytes: local,
-                    status,
+                    occupancy_bytes: x.occupancy_bytes,
+                    mbm_total_bytes: x.mbm_total_bytes,
+                    mbm_local_bytes: x.mbm_local_bytes,
+                    status: x.status,
                 });
             }
         }
