@@ -178,7 +178,7 @@ fn build(args: &InfoArgs) -> Result<InfoReport, CliError> {
         PerCpuCheck { reason: Some("CPUID came from a recorded vector".into()), ..Default::default() }
     } else {
         let cpus: Vec<u32> = topology.as_ref().map(|t| t.online_cpus().collect()).unwrap_or_default();
-        match per_cpu_check(&paths, &cpus, &host_snapshot) {
+        match per_cpu_check(&paths, &cpus) {
             Ok(c) => c,
             Err(e) if args.check_cpus => return Err(CliError::Unavailable(anyhow!("per-CPU CPUID check: {e}"))),
             Err(e) => PerCpuCheck { reason: Some(e), ..Default::default() },
@@ -191,9 +191,9 @@ fn build(args: &InfoArgs) -> Result<InfoReport, CliError> {
     Ok(report)
 }
 
-/// Read every online CPU's leaves through /dev/cpu/N/cpuid and compare them with CPU 0's (or
-/// the first readable one's).
-fn per_cpu_check(paths: &HostPaths, cpus: &[u32], fallback: &CpuidSnapshot) -> Result<PerCpuCheck, String> {
+/// Read every online CPU's leaves through /dev/cpu/N/cpuid and compare them with the first
+/// online CPU's.
+fn per_cpu_check(paths: &HostPaths, cpus: &[u32]) -> Result<PerCpuCheck, String> {
     if cpus.is_empty() {
         return Err("no online CPUs known (topology unreadable)".into());
     }
@@ -203,7 +203,7 @@ fn per_cpu_check(paths: &HostPaths, cpus: &[u32], fallback: &CpuidSnapshot) -> R
         let snap = CpuidSnapshot::capture(&dev).map_err(|e| format!("{}: {e}", dev.describe()))?;
         snaps.push((cpu, snap));
     }
-    let (reference_cpu, reference) = snaps.first().map(|(c, s)| (*c, s)).unwrap_or((0, fallback));
+    let (reference_cpu, reference) = snaps.first().map(|(c, s)| (*c, s)).ok_or("no CPU could be read")?;
     let differing: Vec<CpuDifference> = snaps
         .iter()
         .filter_map(|(cpu, s)| {
