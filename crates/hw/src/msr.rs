@@ -212,6 +212,26 @@ pub fn wrapping_delta(prev: u64, cur: u64, width: u32) -> u64 {
     }
 }
 
+/// One reading of a cumulative counter: its value and the generation of what it counts (a
+/// resctrl group's inode, an RMID's allocation number), so a re-created source is told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cumulative {
+    pub generation: u64,
+    pub value: u64,
+}
+
+/// Counts since `prev`, or None when there is no valid baseline: no previous reading, a new
+/// generation (the group or RMID was re-created), or, for a counter that cannot wrap
+/// (`width` 64, e.g. resctrl's byte counts the kernel keeps wrap-free), a decrease, which
+/// means the counter was reset. Narrower counters wrap modulo 2^width.
+pub fn cumulative_delta(prev: Option<Cumulative>, cur: Cumulative, width: u32) -> Option<u64> {
+    let prev = prev.filter(|p| p.generation == cur.generation)?;
+    if width >= 64 && cur.value < prev.value {
+        return None;
+    }
+    Some(wrapping_delta(prev.value, cur.value, width))
+}
+
 /// The longest interval between two MBM reads that cannot miss a wrap: the time the counter
 /// takes to count through 2^width units at `peak_bytes_per_sec`. Reads farther apart than this
 /// could lose whole wraps and under-report.
@@ -223,6 +243,17 @@ pub fn max_safe_interval(width: u32, upscale_factor: u32, peak_bytes_per_sec: u6
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cumulative_deltas() {
+        let c = |generation, value| Cumulative { generation, value };
+        assert_eq!(cumulative_delta(None, c(1, 10), 24), None, "no baseline");
+        assert_eq!(cumulative_delta(Some(c(1, 10)), c(1, 15), 24), Some(5));
+        assert_eq!(cumulative_delta(Some(c(1, (1 << 24) - 2)), c(1, 3), 24), Some(5), "wrap");
+        assert_eq!(cumulative_delta(Some(c(1, 10)), c(2, 15), 24), None, "re-created");
+        assert_eq!(cumulative_delta(Some(c(1, 10)), c(1, 4), 64), None, "64-bit decrease is a reset");
+        assert_eq!(cumulative_delta(Some(c(1, 10)), c(1, 10), 64), Some(0));
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -92,6 +92,12 @@ impl<O: Clone + PartialEq> Allocator<O> {
         &self.cfg
     }
 
+    /// Change the threshold or minimum limbo time (resctrl's `max_threshold_occupancy` is
+    /// writable). The RMID range is fixed at construction and is kept.
+    pub fn set_config(&mut self, cfg: Config) {
+        self.cfg = Config { max_rmid: self.cfg.max_rmid, ..cfg };
+    }
+
     pub fn domains(&self) -> impl Iterator<Item = DomainId> + '_ {
         self.pools.keys().copied()
     }

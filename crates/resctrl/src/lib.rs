@@ -1,0 +1,538 @@
+//! A client of the Linux resctrl filesystem (`Documentation/filesystems/resctrl.rst`), for
+//! cache occupancy and memory bandwidth per container: one MON group per container.
+//!
+//! The root path is a parameter: the real mount (found in mountinfo, or mounted on request),
+//! a fake tree in a tempdir, or the emulated filesystem served over FUSE. Everything here is
+//! plain file I/O, so the same code runs against all three.
+//!
+//! Rules kept: groups we create are named [`PREFIX`] + a validated container id, and groups
+//! without our prefix are never modified or removed; changes to groups happen under `flock`
+//! on the mount ([`Resctrl::lock`]); kernel refusals (ENOSPC, EBUSY, ESRCH) are values.
+
+pub mod session;
+mod value;
+
+pub use session::{ContainerGroups, Containers, GroupSample, SessionStats, WaitReason, Waiting};
+pub use value::Value;
+
+use cachescope_hw::msr::Event;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// Name prefix of every group cachescope creates.
+pub const PREFIX: &str = "cachescope-";
+
+/// Longest container id accepted in a group name (NAME_MAX is 255; ids are far shorter).
+pub const MAX_ID_LEN: usize = 128;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResctrlError {
+    #[error("resctrl is not mounted (no resctrl line in {0}); mount it (`mount -t resctrl resctrl /sys/fs/resctrl`) or pass --mount-resctrl")]
+    NotMounted(String),
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
+    #[error("{path}: unexpected contents {text:?}")]
+    Parse { path: PathBuf, text: String },
+    #[error("{0}: no L3 monitoring in this resctrl mount (info/L3_MON missing)")]
+    NoL3Monitoring(PathBuf),
+    #[error(
+        "container id {0:?} is refused as a resctrl group name: only A-Z a-z 0-9 . _ -, no leading dot, 1 to 128 bytes"
+    )]
+    BadId(String),
+    /// mkdir failed with ENOSPC: every RMID is in use.
+    #[error("RMIDs exhausted: mkdir {path} failed with ENOSPC (last_cmd_status: {status})")]
+    Exhausted { path: PathBuf, status: String },
+    /// mkdir failed with EBUSY: the free RMIDs are all still in limbo.
+    #[error("only RMIDs in limbo are left: mkdir {path} failed with EBUSY (last_cmd_status: {status})")]
+    OnlyLimbo { path: PathBuf, status: String },
+    #[error("{path}: mkdir failed: {error} (last_cmd_status: {status})")]
+    Mkdir { path: PathBuf, error: io::Error, status: String },
+    #[error("group {0} was not created by cachescope; refusing to touch it")]
+    NotOurs(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ResctrlError + '_ {
+    move |error| ResctrlError::Io { path: path.to_path_buf(), error }
+}
+
+/// A resctrl mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resctrl {
+    root: PathBuf,
+}
+
+/// What `info/L3_MON` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonInfo {
+    /// RMIDs the kernel manages, RMID 0 (the default group) included.
+    pub num_rmids: u32,
+    /// `mon_features`, one event file name per entry (llc_occupancy, mbm_total_bytes, ...).
+    pub features: Vec<String>,
+    /// Limbo threshold in bytes.
+    pub max_threshold_occupancy: Option<u64>,
+    /// Assignable MBM counters (AMD ABMC, `mbm_assign_mode`), when the kernel has them.
+    pub assign: Option<AssignInfo>,
+}
+
+impl MonInfo {
+    /// The events this client reads, in file-name order of [`event_file`].
+    pub fn events(&self) -> Vec<Event> {
+        [Event::L3Occupancy, Event::MbmTotal, Event::MbmLocal]
+            .into_iter()
+            .filter(|e| self.features.iter().any(|f| f == event_file(*e)))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssignInfo {
+    /// The active mode (the bracketed line of `mbm_assign_mode`), e.g. `mbm_event` or `default`.
+    pub mode: String,
+    pub modes: Vec<String>,
+    /// `num_mbm_cntrs` per domain id (a bare number applies to every domain: id None).
+    pub counters: Vec<(Option<u32>, u32)>,
+}
+
+/// An L3 monitoring domain: `mon_data/mon_L3_XX`, with SNC sub-domains `mon_sub_L3_YY`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Domain {
+    pub id: u32,
+    pub sub: Vec<u32>,
+}
+
+/// The file name of an event under `mon_L3_XX/`.
+pub fn event_file(e: Event) -> &'static str {
+    match e {
+        Event::L3Occupancy => "llc_occupancy",
+        Event::MbmTotal => "mbm_total_bytes",
+        Event::MbmLocal => "mbm_local_bytes",
+    }
+}
+
+/// Refuse any container id that could escape a path component or confuse a reader: only
+/// `[A-Za-z0-9._-]`, no leading dot (so never `.` or `..`), 1 to [`MAX_ID_LEN`] bytes.
+pub fn group_name(id: &str) -> Result<String, ResctrlError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(format!("{PREFIX}{id}"))
+    } else {
+        Err(ResctrlError::BadId(id.to_string()))
+    }
+}
+
+/// The container id in one of our group names, None for anyone else's group.
+pub fn id_of_group(name: &str) -> Option<&str> {
+    let id = name.strip_prefix(PREFIX)?;
+    group_name(id).is_ok().then_some(id)
+}
+
+fn parse_u64(path: &Path, text: &str) -> Result<u64, ResctrlError> {
+    text.trim().parse().map_err(|_| ResctrlError::Parse { path: path.to_path_buf(), text: text.to_string() })
+}
+
+/// `mon_L3_07` → 7; also `mon_sub_L3_07`.
+fn domain_id(name: &str, prefix: &str) -> Option<u32> {
+    let n = name.strip_prefix(prefix)?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok()).flatten()
+}
+
+/// A group directory: the default group is the mount root (`ctrl` empty), a CTRL_MON group
+/// is `<root>/<ctrl>`, a MON group is `<root>/<ctrl>/mon_groups/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GroupRef {
+    pub ctrl: String,
+    pub name: String,
+}
+
+/// What happened to the threads written to a group's `tasks`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assigned {
+    pub moved: usize,
+    /// Threads that exited before they could be moved (ESRCH): a normal event.
+    pub vanished: usize,
+    /// Threads the kernel refused (EINVAL: e.g. in another CTRL_MON group), with the reason.
+    pub refused: Vec<(u32, String)>,
+    /// Times the thread list was read before it stopped changing.
+    pub rounds: usize,
+}
+
+/// An exclusive `flock` on the mount, as resctrl.rst asks of cooperating agents; released on drop.
+pub struct MountLock {
+    _dir: File,
+}
+
+impl Resctrl {
+    /// Use the resctrl tree at `root` (a real mount, a fake tree, an emulated mount).
+    pub fn at(root: impl Into<PathBuf>) -> Resctrl {
+        Resctrl { root: root.into() }
+    }
+
+    /// Find the mount in `<proc_root>/self/mountinfo`.
+    pub fn find(proc_root: &Path) -> Result<Resctrl, ResctrlError> {
+        let mi = proc_root.join("self/mountinfo");
+        let mounts = cachescope_platform::mountinfo::read(proc_root).map_err(io_err(&mi))?;
+        let found = cachescope_platform::mountinfo::mounts_of(&mounts, "resctrl").next().map(|m| m.mount_point.clone());
+        found.map(Resctrl::at).ok_or_else(|| ResctrlError::NotMounted(mi.display().to_string()))
+    }
+
+    /// Mount resctrl at `target` (root, a kernel with resctrl).
+    pub fn mount(target: &Path) -> Result<Resctrl, ResctrlError> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let bad = |_| ResctrlError::Io { path: target.to_path_buf(), error: io::ErrorKind::InvalidInput.into() };
+        let t = CString::new(target.as_os_str().as_bytes()).map_err(bad)?;
+        let fs = c"resctrl";
+        // SAFETY: all pointers are valid NUL-terminated strings that outlive the call; data is null.
+        let rc = unsafe { libc::mount(fs.as_ptr(), t.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // Mounted already (by us or someone else): use it.
+            if e.raw_os_error() != Some(libc::EBUSY) {
+                return Err(ResctrlError::Io { path: target.to_path_buf(), error: e });
+            }
+        }
+        Ok(Resctrl::at(target))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Take the mount's lock (blocks while another agent holds it).
+    pub fn lock(&self) -> Result<MountLock, ResctrlError> {
+        let dir = File::open(&self.root).map_err(io_err(&self.root))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; it touches no memory of ours.
+        let rc = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            return Err(ResctrlError::Io { path: self.root.clone(), error: io::Error::last_os_error() });
+        }
+        Ok(MountLock { _dir: dir })
+    }
+
+    fn read(&self, rel: &str) -> Result<Option<String>, ResctrlError> {
+        let p = self.root.join(rel);
+        match std::fs::read_to_string(&p) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ResctrlError::Io { path: p, error: e }),
+        }
+    }
+
+    /// `info/last_cmd_status`, trimmed ("ok" when the last command succeeded).
+    pub fn last_cmd_status(&self) -> String {
+        match self.read("info/last_cmd_status") {
+            Ok(Some(t)) => t.trim().to_string(),
+            _ => "unreadable".into(),
+        }
+    }
+
+    /// Read `info/L3_MON`.
+    pub fn info(&self) -> Result<MonInfo, ResctrlError> {
+        let dir = self.root.join("info/L3_MON");
+        if !dir.is_dir() {
+            return Err(ResctrlError::NoL3Monitoring(self.root.clone()));
+        }
+        let req = |name: &str| -> Result<(PathBuf, String), ResctrlError> {
+            let p = dir.join(name);
+            let t = std::fs::read_to_string(&p).map_err(io_err(&p))?;
+            Ok((p, t))
+        };
+        let (p, t) = req("num_rmids")?;
+        let num_rmids =
+            u32::try_from(parse_u64(&p, &t)?).map_err(|_| ResctrlError::Parse { path: p.clone(), text: t.clone() })?;
+        let (_, t) = req("mon_features")?;
+        let features = t.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+        let max_threshold_occupancy = match self.read("info/L3_MON/max_threshold_occupancy")? {
+            Some(t) => Some(parse_u64(&dir.join("max_threshold_occupancy"), &t)?),
+            None => None,
+        };
+        let assign = match self.read("info/L3_MON/mbm_assign_mode")? {
+            None => None,
+            Some(modes_text) => {
+                let mut mode = String::new();
+                let mut modes = Vec::new();
+                for l in modes_text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                    let m = l.trim_start_matches('[').trim_end_matches(']');
+                    if l.starts_with('[') {
+                        mode = m.to_string();
+                    }
+                    modes.push(m.to_string());
+                }
+                let counters = match self.read("info/L3_MON/num_mbm_cntrs")? {
+                    Some(t) => parse_counters(&dir.join("num_mbm_cntrs"), &t)?,
+                    None => Vec::new(),
+                };
+                Some(AssignInfo { mode, modes, counters })
+            }
+        };
+        Ok(MonInfo { num_rmids, features, max_threshold_occupancy, assign })
+    }
+
+    /// The L3 monitoring domains, from the default group's `mon_data` (ids may have gaps).
+    pub fn domains(&self) -> Result<Vec<Domain>, ResctrlError> {
+        let dir = self.root.join("mon_data");
+        let mut out = Vec::new();
+        for name in dir_names(&dir)? {
+            if let Some(id) = domain_id(&name, "mon_L3_") {
+                let mut sub: Vec<u32> =
+                    dir_names(&dir.join(&name))?.iter().filter_map(|n| domain_id(n, "mon_sub_L3_")).collect();
+                sub.sort_unstable();
+                out.push(Domain { id, sub });
+            }
+        }
+        out.sort_by_key(|d| d.id);
+        Ok(out)
+    }
+
+    /// The directory of a group.
+    pub fn group_dir(&self, g: &GroupRef) -> PathBuf {
+        let ctrl = if g.ctrl.is_empty() { self.root.clone() } else { self.root.join(&g.ctrl) };
+        if g.name.is_empty() {
+            ctrl
+        } else {
+            ctrl.join("mon_groups").join(&g.name)
+        }
+    }
+
+    /// CTRL_MON groups: "" (the default group) and every directory of the root that has
+    /// `mon_groups`.
+    pub fn ctrl_groups(&self) -> Result<Vec<String>, ResctrlError> {
+        let mut out = vec![String::new()];
+        for n in dir_names(&self.root)? {
+            if !matches!(n.as_str(), "info" | "mon_groups" | "mon_data")
+                && self.root.join(&n).join("mon_groups").is_dir()
+            {
+                out.push(n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every MON group under every CTRL_MON group, ours or not.
+    pub fn mon_groups(&self) -> Result<Vec<GroupRef>, ResctrlError> {
+        let mut out = Vec::new();
+        for ctrl in self.ctrl_groups()? {
+            let dir = self.group_dir(&GroupRef { ctrl: ctrl.clone(), name: String::new() }).join("mon_groups");
+            for name in dir_names(&dir)? {
+                out.push(GroupRef { ctrl: ctrl.clone(), name });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Our groups (left over from an earlier run, or live), with their container ids.
+    pub fn our_groups(&self) -> Result<Vec<(GroupRef, String)>, ResctrlError> {
+        Ok(self
+            .mon_groups()?
+            .into_iter()
+            .filter_map(|g| id_of_group(&g.name).map(|id| (g.clone(), id.to_string())))
+            .collect())
+    }
+
+    /// Create the MON group of container `id` under CTRL_MON group `ctrl` ("" = default).
+    /// ENOSPC and EBUSY come back as [`ResctrlError::Exhausted`] / [`ResctrlError::OnlyLimbo`].
+    pub fn create_group(&self, ctrl: &str, id: &str) -> Result<GroupRef, ResctrlError> {
+        let g = GroupRef { ctrl: ctrl.to_string(), name: group_name(id)? };
+        let path = self.group_dir(&g);
+        match std::fs::create_dir(&path) {
+            Ok(()) => Ok(g),
+            Err(e) => {
+                let status = self.last_cmd_status();
+                Err(match e.raw_os_error() {
+                    Some(libc::ENOSPC) => ResctrlError::Exhausted { path, status },
+                    Some(libc::EBUSY) => ResctrlError::OnlyLimbo { path, status },
+                    _ => ResctrlError::Mkdir { path, error: e, status },
+                })
+            }
+        }
+    }
+
+    /// Remove one of our groups (its threads fall back to the parent group). A group that is
+    /// already gone is fine.
+    pub fn remove_group(&self, g: &GroupRef) -> Result<(), ResctrlError> {
+        if id_of_group(&g.name).is_none() {
+            return Err(ResctrlError::NotOurs(g.name.clone()));
+        }
+        let p = self.group_dir(g);
+        match std::fs::remove_dir(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ResctrlError::Io { path: p, error: e }),
+        }
+    }
+
+    /// The group directory's inode: a re-created group has a new one.
+    pub fn generation(&self, g: &GroupRef) -> Option<u64> {
+        std::fs::metadata(self.group_dir(g)).ok().map(|m| m.ino())
+    }
+
+    /// Move every thread of a container into group `g`: write each id to `tasks` (one per
+    /// write(2), which every kernel accepts), then re-read the list until it stops changing, so
+    /// threads spawned meanwhile are not missed (children inherit the group at fork from then
+    /// on). Threads that exit meanwhile (ESRCH) are counted, not errors.
+    pub fn assign_tasks(
+        &self,
+        g: &GroupRef,
+        list: &mut dyn FnMut() -> io::Result<Vec<u32>>,
+    ) -> Result<Assigned, ResctrlError> {
+        const MAX_ROUNDS: usize = 16;
+        let path = self.group_dir(g).join("tasks");
+        let mut f = OpenOptions::new().write(true).open(&path).map_err(io_err(&path))?;
+        let mut done = std::collections::HashSet::new();
+        let mut out = Assigned::default();
+        while out.rounds < MAX_ROUNDS {
+            out.rounds += 1;
+            let tids = list().map_err(io_err(&path))?;
+            let new: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                done.insert(tid);
+                match f.write(format!("{tid}\n").as_bytes()) {
+                    Ok(_) => out.moved += 1,
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => out.vanished += 1,
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => out.refused.push((tid, self.last_cmd_status())),
+                    // The group itself vanished: the caller re-creates it.
+                    Err(e) => return Err(ResctrlError::Io { path, error: e }),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Open a group's counter files for repeated reads.
+    pub fn reader(&self, g: &GroupRef, domains: &[Domain], events: &[Event]) -> Result<GroupReader, ResctrlError> {
+        let base = self.group_dir(g).join("mon_data");
+        let mut slots = Vec::new();
+        for d in domains {
+            for &e in events {
+                let p = base.join(format!("mon_L3_{:02}", d.id)).join(event_file(e));
+                let file = File::open(&p).map_err(io_err(&p))?;
+                slots.push(Slot { domain: d.id, event: e, file });
+            }
+        }
+        Ok(GroupReader { slots, buf: [0; 32] })
+    }
+
+    /// Read one SNC sub-domain counter of a group (per-node detail; the L3 file is their sum).
+    pub fn read_sub(&self, g: &GroupRef, domain: u32, sub: u32, e: Event) -> Result<Value, ResctrlError> {
+        let p = self
+            .group_dir(g)
+            .join("mon_data")
+            .join(format!("mon_L3_{domain:02}"))
+            .join(format!("mon_sub_L3_{sub:02}"))
+            .join(event_file(e));
+        let t = std::fs::read(&p).map_err(io_err(&p))?;
+        Value::parse(&t).ok_or_else(|| ResctrlError::Parse { path: p, text: String::from_utf8_lossy(&t).into() })
+    }
+}
+
+/// `num_mbm_cntrs`: either one number or `id=n;id=n`.
+fn parse_counters(path: &Path, text: &str) -> Result<Vec<(Option<u32>, u32)>, ResctrlError> {
+    let bad = || ResctrlError::Parse { path: path.to_path_buf(), text: text.to_string() };
+    let t = text.trim();
+    if let Ok(n) = t.parse::<u32>() {
+        return Ok(vec![(None, n)]);
+    }
+    t.split(';')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+            Ok((Some(k.trim().parse().map_err(|_| bad())?), v.trim().parse().map_err(|_| bad())?))
+        })
+        .collect()
+}
+
+/// Sorted names of the sub-directories of `dir`; none when it does not exist.
+fn dir_names(dir: &Path) -> Result<Vec<String>, ResctrlError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(ResctrlError::Io { path: dir.to_path_buf(), error: e }),
+    };
+    let mut v: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+struct Slot {
+    domain: u32,
+    event: Event,
+    file: File,
+}
+
+/// A group's `mon_data` files, kept open and read with pread(2): one syscall per counter.
+pub struct GroupReader {
+    slots: Vec<Slot>,
+    buf: [u8; 32],
+}
+
+/// One counter of one group in one domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    pub domain: u32,
+    pub event: Event,
+    pub value: Value,
+}
+
+/// Why a read produced no value.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The group was removed (by someone else) between listing and reading.
+    #[error("group vanished")]
+    Gone,
+    #[error("read failed: {0}")]
+    Io(io::Error),
+    #[error("unexpected contents {0:?}")]
+    Parse(String),
+}
+
+impl GroupReader {
+    /// Read every counter into `out` (cleared first).
+    pub fn read_all(&mut self, out: &mut Vec<Read>) -> Result<(), ReadError> {
+        out.clear();
+        for s in &self.slots {
+            let n = match s.file.read_at(&mut self.buf, 0) {
+                Ok(n) => n,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV)) => {
+                    return Err(ReadError::Gone)
+                }
+                Err(e) => return Err(ReadError::Io(e)),
+            };
+            let text = &self.buf[..n];
+            let value = Value::parse(text).ok_or_else(|| ReadError::Parse(String::from_utf8_lossy(text).into()))?;
+            out.push(Read { domain: s.domain, event: s.event, value });
+        }
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// The CTRL_MON group a thread is in, from `/proc/<tid>/resctrl` (kernels with
+/// CONFIG_PROC_CPU_RESCTRL: a line `res:/name`); None when the file is absent or says the
+/// default group.
+pub fn ctrl_group_of(proc_root: &Path, tid: u32) -> Option<String> {
+    let t = std::fs::read_to_string(proc_root.join(tid.to_string()).join("resctrl")).ok()?;
+    let res = t.lines().find_map(|l| l.strip_prefix("res:"))?.trim().trim_matches('/');
+    (!res.is_empty() && !res.contains('/') && res != "..").then(|| res.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,349 @@
+//! The resctrl client and its container session against the emulated resctrl filesystem,
+//! mounted over FUSE: real syscalls through the real VFS. Needs root and /dev/fuse; without
+//! them each test says why and skips.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_emu_resctrl::{fuse_available, proc_resolver, Fault, Mounted, Options, TaskLookup, TaskResolver};
+use cachescope_hw::msr::Event;
+use cachescope_resctrl::{ContainerGroups, Containers, Domain, GroupRef, Resctrl, Value, WaitReason};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SCENARIO: &str = r#"
+[platform]
+model = "intel-xeon-platinum-8160"
+l3_mib = 32
+domains = 2
+cpus_per_domain = 2
+
+[[container]]
+name = "thrash"
+cpus = [0, 1]
+footprint_mib = 24
+bandwidth_mbps = 4000
+local_fraction = 0.75
+
+[[container]]
+name = "stream"
+cpus = [0, 1]
+footprint_mib = 64
+bandwidth_mbps = 8000
+local_fraction = 1.0
+start_ms = 3000
+"#;
+
+/// Fake thread ids: 100 is the thrashing workload, 101..=4999 exist with no traffic, the rest
+/// do not exist.
+fn resolver() -> TaskResolver {
+    Box::new(|tid| match tid {
+        100 => TaskLookup::Exists(Some("thrash".into())),
+        101..=4999 => TaskLookup::Exists(None),
+        _ => TaskLookup::Missing,
+    })
+}
+
+fn mount(opts: Options) -> Option<Mounted> {
+    if let Err(why) = fuse_available() {
+        println!("skip: {why}");
+        return None;
+    }
+    let sc = Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap();
+    let p = Arc::new(EmuPlatform::new(&sc).unwrap());
+    let opts = Options { wall_clock: false, min_limbo: Duration::ZERO, ..opts };
+    Some(Mounted::start(p, opts, resolver()).unwrap())
+}
+
+/// Containers as a test sees them: thread lists (a queue of successive answers per id, the
+/// last one repeating) and CPU usage.
+#[derive(Default)]
+struct Fake {
+    threads: RefCell<HashMap<String, Vec<Vec<u32>>>>,
+    cpu: RefCell<HashMap<String, u64>>,
+}
+
+impl Fake {
+    fn with(ids: &[(&str, Vec<u32>)]) -> Fake {
+        let f = Fake::default();
+        for (id, t) in ids {
+            f.threads.borrow_mut().insert(id.to_string(), vec![t.clone()]);
+        }
+        f
+    }
+}
+
+impl Containers for Fake {
+    fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
+        let mut m = self.threads.borrow_mut();
+        let q = m.entry(id.to_string()).or_default();
+        Ok(if q.len() > 1 { q.remove(0) } else { q.first().cloned().unwrap_or_default() })
+    }
+    fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
+        self.cpu.borrow().get(id).copied()
+    }
+}
+
+fn row<'a>(rows: &'a [cachescope_resctrl::GroupSample], id: &str, dom: u32) -> &'a cachescope_resctrl::GroupSample {
+    rows.iter().find(|r| r.container == id && r.domain == dom).unwrap()
+}
+
+#[test]
+fn container_lifecycle_end_to_end() {
+    let Some(m) = mount(Options::default()) else { return };
+    let rc = Resctrl::at(m.root());
+    let info = rc.info().unwrap();
+    assert_eq!(info.num_rmids, 192);
+    assert_eq!(info.events(), vec![Event::L3Occupancy, Event::MbmTotal, Event::MbmLocal]);
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let src = Fake::with(&[("thrash", vec![100, 101])]);
+    assert!(s.start("thrash", &src, Duration::ZERO).unwrap());
+    assert!(m.root().join("mon_groups/cachescope-thrash").is_dir());
+    let tasks = std::fs::read_to_string(m.root().join("mon_groups/cachescope-thrash/tasks")).unwrap();
+    assert_eq!(tasks, "100\n101\n");
+    m.platform().advance(Duration::from_secs(1));
+    let first = s.sample();
+    let r = row(&first, "thrash", 0);
+    assert_eq!(r.status, "ok");
+    assert!(r.occupancy_bytes.unwrap() > 20 << 20, "{r:?}");
+    assert_eq!(r.mbm_total_bytes, None, "no baseline on the first read");
+    m.platform().advance(Duration::from_millis(500));
+    let second = s.sample();
+    let r = row(&second, "thrash", 0);
+    // 4000 MB/s × 0.5 s, quantized to the 98304-byte upscale unit.
+    let tot = r.mbm_total_bytes.unwrap() as f64;
+    assert!((tot - 2e9).abs() <= 2.0 * 98304.0, "{tot}");
+    let loc = r.mbm_local_bytes.unwrap() as f64;
+    assert!((loc - 1.5e9).abs() <= 2.0 * 98304.0, "{loc}");
+    // Domain 1 never saw the workload: the kernel's word, not 0.
+    assert_eq!(row(&second, "thrash", 1).status, "unavailable");
+    assert_eq!(row(&second, "thrash", 1).occupancy_bytes, None);
+    s.stop("thrash").unwrap();
+    assert!(!m.root().join("mon_groups/cachescope-thrash").exists());
+    assert_eq!(m.state().rmid_counts(), (0, 1), "the RMID went to limbo");
+    assert_eq!(s.stats().created, 1);
+    assert_eq!(s.stats().removed, 1);
+}
+
+#[test]
+fn domains_with_gaps_and_snc_sub_domains() {
+    let Some(m) = mount(Options { domain_ids: Some(vec![0, 2]), snc: 2, ..Options::default() }) else { return };
+    let rc = Resctrl::at(m.root());
+    assert_eq!(rc.domains().unwrap(), vec![Domain { id: 0, sub: vec![0, 1] }, Domain { id: 2, sub: vec![2, 3] }]);
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    s.start("thrash", &Fake::with(&[("thrash", vec![100])]), Duration::ZERO).unwrap();
+    m.platform().advance(Duration::from_secs(1));
+    let rows = s.sample();
+    assert_eq!(rows.iter().map(|r| r.domain).collect::<Vec<_>>(), vec![0, 2]);
+    let g = GroupRef { ctrl: String::new(), name: "cachescope-thrash".into() };
+    let sub = |n| rc.read_sub(&g, 0, n, Event::L3Occupancy).unwrap().bytes().unwrap();
+    let whole = row(&rows, "thrash", 0).occupancy_bytes.unwrap();
+    assert_eq!(sub(0) + sub(1), whole, "node shares sum to the domain");
+}
+
+#[test]
+fn error_unavailable_unassigned_are_statuses() {
+    // 4 assignable counters per domain: two groups get MBM counters, the third does not.
+    let Some(m) = mount(Options { mbm_counters: Some(4), ..Options::default() }) else { return };
+    let rc = Resctrl::at(m.root());
+    let a = rc.info().unwrap().assign.unwrap();
+    assert_eq!((a.mode.as_str(), a.counters.clone()), ("mbm_event", vec![(Some(0), 4), (Some(1), 4)]));
+    let mut s = ContainerGroups::new(rc).unwrap();
+    // Only c's thread (100) makes traffic.
+    let src = Fake::with(&[("a", vec![101]), ("b", vec![102]), ("c", vec![100])]);
+    for id in ["a", "b", "c"] {
+        assert!(s.start(id, &src, Duration::ZERO).unwrap());
+    }
+    m.platform().advance(Duration::from_millis(200));
+    m.state().inject("mon_groups/cachescope-b", 0, Some(Fault::Error));
+    let rows = s.sample();
+    assert_eq!(row(&rows, "a", 0).status, "unavailable", "no data for an RMID that never ran");
+    assert_eq!(row(&rows, "b", 0).status, "error");
+    assert_eq!(row(&rows, "b", 0).occupancy_bytes, None);
+    let c = row(&rows, "c", 0);
+    assert_eq!(c.status, "unassigned");
+    assert!(c.occupancy_bytes.is_some_and(|b| b > 0) && c.mbm_total_bytes.is_none(), "{c:?}");
+    m.state().inject("mon_groups/cachescope-b", 0, Some(Fault::Unavailable));
+    assert_eq!(row(&s.sample(), "b", 0).status, "unavailable");
+}
+
+#[test]
+fn group_deleted_between_listing_and_reading() {
+    let Some(m) = mount(Options::default()) else { return };
+    let rc = Resctrl::at(m.root());
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let src = Fake::with(&[("thrash", vec![100])]);
+    s.start("thrash", &src, Duration::ZERO).unwrap();
+    m.platform().advance(Duration::from_millis(300));
+    let listed = rc.our_groups().unwrap();
+    assert_eq!(listed.len(), 1);
+    // Another agent (pqos --reset, say) removes it after we listed it.
+    std::fs::remove_dir(m.root().join("mon_groups/cachescope-thrash")).unwrap();
+    let rows = s.sample();
+    assert_eq!(row(&rows, "thrash", 0).status, "error");
+    assert_eq!(s.stats().groups_vanished, 1);
+    s.maintain(&src, Duration::from_millis(300)).unwrap();
+    assert_eq!(s.stats().recreated, 1);
+    assert!(m.root().join("mon_groups/cachescope-thrash").is_dir());
+    let tasks = std::fs::read_to_string(m.root().join("mon_groups/cachescope-thrash/tasks")).unwrap();
+    assert_eq!(tasks, "100\n", "threads re-assigned");
+    m.platform().advance(Duration::from_millis(100));
+    let r = s.sample();
+    assert_eq!(row(&r, "thrash", 0).status, "ok");
+    assert_eq!(row(&r, "thrash", 0).mbm_total_bytes, None, "new generation: no delta across groups");
+    assert!(rc.read_sub(&listed[0].0, 0, 0, Event::L3Occupancy).is_err(), "no SNC here");
+}
+
+#[test]
+fn threads_exiting_and_spawning_during_assignment() {
+    let Some(m) = mount(Options::default()) else { return };
+    let rc = Resctrl::at(m.root());
+    let g = rc.create_group("", "web").unwrap();
+    // Round 1: 101 and 6000 (which exits before it is moved: ESRCH). Round 2: 102 was
+    // spawned meanwhile. Round 3: nothing new.
+    let mut answers = vec![vec![101, 6000], vec![101, 102], vec![101, 102]].into_iter();
+    let a = rc.assign_tasks(&g, &mut || Ok(answers.next().unwrap_or_default())).unwrap();
+    assert_eq!((a.moved, a.vanished, a.rounds), (2, 1, 3));
+    let tasks = std::fs::read_to_string(rc.group_dir(&g).join("tasks")).unwrap();
+    assert_eq!(tasks, "101\n102\n");
+    // EINVAL: a thread in another CTRL_MON group is refused, with the kernel's reason.
+    std::fs::create_dir(m.root().join("gold")).unwrap();
+    std::fs::write(m.root().join("gold/tasks"), "103\n").unwrap();
+    let a = rc.assign_tasks(&g, &mut || Ok(vec![103])).unwrap();
+    assert_eq!(a.refused, vec![(103, "Can't move task to different control group".to_string())]);
+    // A container's group can live under its CTRL_MON group instead.
+    let g2 = rc.create_group("gold", "batch").unwrap();
+    assert_eq!(rc.assign_tasks(&g2, &mut || Ok(vec![103])).unwrap().moved, 1);
+    assert_eq!(rc.our_groups().unwrap().len(), 2);
+}
+
+#[test]
+fn real_threads_through_proc() {
+    if let Err(why) = fuse_available() {
+        println!("skip: {why}");
+        return;
+    }
+    let sc = Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap();
+    let p = Arc::new(EmuPlatform::new(&sc).unwrap());
+    let opts = Options { wall_clock: false, ..Options::default() };
+    let m = Mounted::start(p, opts, proc_resolver("/proc".into(), |_| None)).unwrap();
+    let rc = Resctrl::at(m.root());
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        let _ = rx.recv();
+    });
+    let tid = tid_rx.recv().unwrap();
+    let g = rc.create_group("", "self").unwrap();
+    let a = rc.assign_tasks(&g, &mut || Ok(vec![tid, 0x7fff_fff0])).unwrap();
+    assert_eq!((a.moved, a.vanished), (1, 1));
+    let tasks = || std::fs::read_to_string(rc.group_dir(&g).join("tasks")).unwrap();
+    assert_eq!(tasks(), format!("{tid}\n"));
+    drop(tx);
+    t.join().unwrap();
+    assert_eq!(tasks(), "", "an exited thread leaves the list");
+}
+
+#[test]
+fn exhaustion_budget_and_recovery_after_limbo() {
+    let Some(m) = mount(Options::default()) else { return };
+    let rc = Resctrl::at(m.root());
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    s.policy.min_hold = Duration::ZERO;
+    // 191 usable RMIDs (1..=191); "thrash" is the one whose lines fill the cache.
+    let mut ids: Vec<(String, Vec<u32>)> = vec![("thrash".into(), vec![100])];
+    ids.extend((0..190).map(|i| (format!("idle{i:03}"), vec![200 + i])));
+    ids.push(("late".into(), vec![150]));
+    ids.push(("hot".into(), vec![151]));
+    let src = Fake::default();
+    for (id, t) in &ids {
+        src.threads.borrow_mut().insert(id.clone(), vec![t.clone()]);
+        src.cpu.borrow_mut().insert(id.clone(), 0);
+    }
+    let mut now = Duration::ZERO;
+    for (id, _) in &ids {
+        s.start(id, &src, now).unwrap();
+    }
+    assert_eq!(s.monitored().count(), 191);
+    let w = s.waiting();
+    assert_eq!(w.len(), 2);
+    assert!(w.values().all(|x| x.reason == WaitReason::NoRmid));
+    assert!(rc.last_cmd_status().starts_with("Out of RMIDs"));
+    m.platform().advance(Duration::from_secs(1));
+    let rows = s.sample();
+    assert_eq!(row(&rows, "late", 0).status, "no_rmid");
+    assert_eq!(row(&rows, "hot", 1).status, "no_rmid");
+    // "hot" starts using a core: the budget gives it the RMID of an idle container.
+    s.maintain(&src, now).unwrap();
+    now += Duration::from_secs(1);
+    src.cpu.borrow_mut().insert("hot".into(), 1_000_000);
+    src.cpu.borrow_mut().insert("thrash".into(), 800_000);
+    s.maintain(&src, now).unwrap();
+    assert!(s.monitored().any(|(id, _)| id == "hot"), "{:?}", s.waiting());
+    assert_eq!(s.stats().evicted, 1);
+    let evicted: Vec<&String> =
+        s.waiting().iter().filter(|(_, w)| w.reason == WaitReason::Evicted).map(|(k, _)| k).collect();
+    assert_eq!(evicted.len(), 1);
+    assert!(evicted[0].starts_with("idle"), "the idlest went without: {evicted:?}");
+    // thrash stops: its RMID is dirty (24 MiB resident), so the next one waits in limbo...
+    s.stop("thrash").unwrap();
+    s.maintain(&src, now).unwrap();
+    assert!(s.waiting().values().any(|w| w.reason == WaitReason::Limbo), "{:?}", s.waiting());
+    // ... until the streaming workload (from 3 s) has evicted those lines.
+    let mut recovered = false;
+    for _ in 0..100 {
+        m.platform().advance(Duration::from_millis(100));
+        now += Duration::from_millis(100);
+        s.maintain(&src, now).unwrap();
+        if s.waiting().len() == 1 {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "{:?}", s.waiting());
+    assert_eq!(s.monitored().count(), 191);
+}
+
+#[test]
+fn leftovers_adopted_or_removed_and_others_untouched() {
+    let Some(m) = mount(Options::default()) else { return };
+    let root = m.root();
+    for g in ["mon_groups/cachescope-alive", "mon_groups/cachescope-dead", "mon_groups/theirs"] {
+        std::fs::create_dir(root.join(g)).unwrap();
+    }
+    std::fs::write(root.join("mon_groups/theirs/tasks"), "104\n").unwrap();
+    let rc = Resctrl::at(root);
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let src = Fake::with(&[("alive", vec![101])]);
+    assert_eq!(s.adopt_leftovers(&["alive".to_string()], &src, Duration::ZERO).unwrap(), (1, 1));
+    assert!(root.join("mon_groups/cachescope-alive").is_dir());
+    assert!(!root.join("mon_groups/cachescope-dead").exists(), "its RMID is returned");
+    assert!(root.join("mon_groups/theirs").is_dir(), "never touch others' groups");
+    assert_eq!(std::fs::read_to_string(root.join("mon_groups/theirs/tasks")).unwrap(), "104\n");
+    assert_eq!(std::fs::read_to_string(root.join("mon_groups/cachescope-alive/tasks")).unwrap(), "101\n");
+    s.stop_all().unwrap();
+    assert!(root.join("mon_groups/theirs").is_dir());
+    assert_eq!(rc.mon_groups().unwrap().len(), 1);
+}
+
+#[test]
+fn hostile_container_ids_are_refused() {
+    let Some(m) = mount(Options::default()) else { return };
+    let rc = Resctrl::at(m.root());
+    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let src = Fake::default();
+    for id in ["../../info", "..", "a/b", "x\ny", ".hidden", &"z".repeat(200)] {
+        assert!(!s.start(id, &src, Duration::ZERO).unwrap(), "{id:?}");
+        assert_eq!(s.waiting()[id].reason, WaitReason::BadId);
+    }
+    assert_eq!(rc.mon_groups().unwrap(), vec![], "nothing created");
+    assert!(m.root().join("info/L3_MON").is_dir());
+    assert_eq!(rc.info().unwrap().num_rmids, 192);
+    let v = Value::parse(b"Unassigned\n");
+    assert_eq!(v.map(Value::status), Some("unassigned"));
+}
