@@ -4,6 +4,7 @@
 mod duration;
 mod info;
 mod monitor;
+mod resctrl_run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

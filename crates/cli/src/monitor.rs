@@ -34,27 +34,34 @@ pub struct MonitorArgs {
     /// Cache-monitoring backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Sampling interval (500us, 1ms, 2s, 1m).
-    #[arg(long, default_value = "1ms", value_parser = duration::parse)]
-    interval: Duration,
+    /// Sampling interval (500us, 1ms, 2s, 1m); default 1ms, 100ms with resctrl.
+    #[arg(long, value_parser = duration::parse)]
+    pub interval: Option<Duration>,
     /// Stop after this long (default: until SIGINT/SIGTERM).
     #[arg(long, value_parser = duration::parse)]
-    duration: Option<Duration>,
+    pub duration: Option<Duration>,
     /// Emulate this CPU (a vector name from testdata/cpuid or a vector file).
     #[arg(long, value_name = "MODEL|VECTOR.json")]
-    emulate: Option<String>,
+    pub emulate: Option<String>,
     /// Scenario driving the emulated platform (DESIGN.md §5.5).
     #[arg(long, value_name = "FILE.toml")]
-    scenario: Option<PathBuf>,
+    pub scenario: Option<PathBuf>,
     /// Core-pinned groups (msr/emulated), e.g. "0-3,4-7".
     #[arg(long, value_name = "GROUPS")]
-    cores: Option<String>,
+    pub cores: Option<String>,
+    /// Containers to follow beyond the runtimes recognised by name: globs over cgroup paths
+    /// (`*` within a component, `**` across).
+    #[arg(long, value_name = "GLOB", num_args = 1..)]
+    pub containers: Vec<String>,
+    /// Mount resctrl at /sys/fs/resctrl if it is not mounted (resctrl backend).
+    #[arg(long)]
+    pub mount_resctrl: bool,
     /// How often to print a table.
     #[arg(long, default_value = "500ms", value_parser = duration::parse)]
-    print_every: Duration,
+    pub print_every: Duration,
     /// Run emulated time as fast as possible instead of with the wall clock.
     #[arg(long)]
-    fast: bool,
+    pub fast: bool,
     /// Peak memory bandwidth per L3 domain, GB/s: sets the longest safe MBM interval.
     #[arg(long, default_value_t = 500)]
     peak_bandwidth_gbps: u64,
@@ -76,7 +83,20 @@ fn input(e: impl std::fmt::Display) -> CliError {
     CliError::Input(anyhow!("{e}"))
 }
 
+impl MonitorArgs {
+    /// The interval for the MSR-level paths (emulated, msr).
+    fn msr_interval(&self) -> Duration {
+        self.interval.unwrap_or(Duration::from_millis(1))
+    }
+}
+
 pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
+    if args.containers.iter().any(|g| g == "auto") && args.containers.len() > 1 {
+        return Err(input("--containers: `auto` cannot be combined with globs"));
+    }
+    if args.backend == Backend::Resctrl {
+        return crate::resctrl_run::run(args, args.emulate.is_some() || args.scenario.is_some());
+    }
     let emulated = match args.backend {
         Backend::Emulated => true,
         Backend::Auto => args.emulate.is_some() || args.scenario.is_some(),
@@ -115,6 +135,9 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
     let status = d.get(name).ok_or_else(|| input(format!("unknown backend {name}")))?;
     if !status.available {
         return Err(CliError::Unavailable(anyhow!("backend {name} is unavailable: {}", status.reason)));
+    }
+    if name == "resctrl" {
+        return crate::resctrl_run::run(args, false);
     }
     if name != "msr" {
         return Err(CliError::Unavailable(anyhow!(
@@ -156,7 +179,7 @@ fn run_emulated(args: &MonitorArgs) -> Result<(), CliError> {
 
 /// Accumulates samples between two printed tables.
 #[derive(Default)]
-struct Row {
+pub(crate) struct Row {
     rmid: Option<u32>,
     status: &'static str,
     occupancy: Option<u64>,
@@ -165,20 +188,20 @@ struct Row {
     mbm_seen: bool,
 }
 
-struct Printer {
-    rows: BTreeMap<(String, u32), Row>,
-    period_start: Duration,
-    ticks: u64,
-    late: Vec<Duration>,
+pub(crate) struct Printer {
+    pub rows: BTreeMap<(String, u32), Row>,
+    pub period_start: Duration,
+    pub ticks: u64,
+    pub late: Vec<Duration>,
 }
 
 impl Printer {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Printer { rows: BTreeMap::new(), period_start: Duration::ZERO, ticks: 0, late: Vec::new() }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn add(
+    pub fn add(
         &mut self,
         name: &str,
         domain: u32,
@@ -199,7 +222,7 @@ impl Printer {
         r.local += local.unwrap_or(0);
     }
 
-    fn print(&mut self, now: Duration, header: &str, l3_bytes: Option<u64>) {
+    pub fn print(&mut self, now: Duration, header: &str, l3_bytes: Option<u64>) {
         let secs = (now - self.period_start).as_secs_f64().max(1e-9);
         self.late.sort_unstable();
         let p99 = self.late.get(self.late.len().saturating_sub(1) * 99 / 100).copied().unwrap_or_default();
@@ -242,7 +265,7 @@ impl Printer {
 }
 
 /// Drives ticks: wall clock with absolute deadlines, or virtual time with `--fast`.
-struct Clock {
+pub(crate) struct Clock {
     start: Instant,
     interval: Duration,
     tick: u64,
@@ -252,24 +275,17 @@ struct Clock {
 }
 
 impl Clock {
-    fn new(args: &MonitorArgs) -> Result<Clock, CliError> {
+    pub fn new(interval: Duration, until: Option<Duration>, fast: bool) -> Result<Clock, CliError> {
         let stop = Arc::new(AtomicBool::new(false));
         for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(sig, stop.clone())
                 .map_err(|e| CliError::Unavailable(anyhow!("signal handler: {e}")))?;
         }
-        Ok(Clock {
-            start: Instant::now(),
-            interval: args.interval,
-            tick: 0,
-            fast: args.fast,
-            stop,
-            until: args.duration,
-        })
+        Ok(Clock { start: Instant::now(), interval, tick: 0, fast, stop, until })
     }
 
     /// Wait for the next tick; returns its time since start and its lateness, or None to stop.
-    fn next(&mut self) -> Option<(Duration, Duration)> {
+    pub fn next(&mut self) -> Option<(Duration, Duration)> {
         self.tick += 1;
         let due = self.interval * self.tick as u32;
         if self.until.is_some_and(|u| due > u) || self.stop.load(Ordering::Relaxed) {
@@ -294,7 +310,7 @@ impl Clock {
 fn check_interval(args: &MonitorArgs, caps: &Caps) -> Result<MbmTracker, CliError> {
     let peak = args.peak_bandwidth_gbps.saturating_mul(1_000_000_000);
     let tracker = MbmTracker::new(caps, peak);
-    tracker.check_interval(args.interval, peak).map_err(input)?;
+    tracker.check_interval(args.msr_interval(), peak).map_err(input)?;
     Ok(tracker)
 }
 
@@ -315,7 +331,7 @@ fn run_containers(
     let mut session = ContainerRmids::new(reader.domain_ids(), cfg, tracker);
     let tagger = EmuTagger(emu.clone());
     let mut known: Vec<String> = Vec::new();
-    let mut clock = Clock::new(args)?;
+    let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
     let mut printer = Printer::new();
     let fail = |e: cachescope_cmt::SessionError| CliError::Unavailable(anyhow!(e));
     while let Some((t, late)) = clock.next() {
@@ -349,7 +365,7 @@ fn run_containers(
             limbo.dedup();
             let header = format!(
                 "backend={label} interval={:?} RMIDs in use={} limbo={} unmonitored={}",
-                args.interval,
+                args.msr_interval(),
                 known.len() - session.unmonitored().len(),
                 limbo.len(),
                 session.unmonitored().len()
@@ -394,7 +410,7 @@ fn run_cores<D: MsrDevice + Clone>(
     let mut pin = CorePinning::apply(dev.clone(), &assoc, caps.max_rmid, caps.max_rmid_any)
         .map_err(|e| CliError::Unavailable(anyhow!(e)))?;
     let reader = Reader::new(dev, caps.clone(), domains, Retries::default());
-    let mut clock = Clock::new(args)?;
+    let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
     let mut printer = Printer::new();
     let l3_bytes = emu.as_ref().map(|e| e.l3_bytes());
     let result = (|| -> Result<(), CliError> {
@@ -428,7 +444,7 @@ fn run_cores<D: MsrDevice + Clone>(
                 }
                 printer.print(
                     t,
-                    &format!("backend={label} interval={:?} core groups={}", args.interval, plan.len()),
+                    &format!("backend={label} interval={:?} core groups={}", args.msr_interval(), plan.len()),
                     l3_bytes,
                 );
             }

@@ -101,3 +101,86 @@ fn sigterm_restores_core_associations() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("cores 0-1") && text.contains("cores 4-5"), "{text}");
 }
+
+/// Root, /dev/fuse and cgroup v2: what `--backend resctrl --emulate` needs.
+fn emulated_resctrl_possible() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skip: not root");
+        return false;
+    }
+    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+        println!("skip: /dev/fuse cannot be opened");
+        return false;
+    }
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if !mi.lines().any(|l| l.contains(" - cgroup2 ")) {
+        println!("skip: no cgroup v2");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn resctrl_backend_on_the_emulated_filesystem() {
+    if !emulated_resctrl_possible() {
+        return;
+    }
+    let s = scenario();
+    let out = run(&[
+        "monitor",
+        "--backend",
+        "resctrl",
+        "--emulate",
+        "intel-xeon-platinum-8160",
+        "--scenario",
+        &s,
+        "--duration",
+        "3200ms",
+        "--print-every",
+        "1s",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    let tables: Vec<&str> = text.split("\n\n").filter(|t| t.starts_with("t=")).collect();
+    assert!(tables.len() >= 2, "{text}");
+    assert!(tables[0].contains("backend=resctrl (emulated") && tables[0].contains("groups=3"), "{}", tables[0]);
+    let line = tables[0].lines().find(|l| l.starts_with("thrash") && l.split_whitespace().nth(1) == Some("0")).unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(f[3], "ok");
+    let mib: f64 = f[4].parse().unwrap();
+    assert!(mib > 18.0 && mib <= 24.0, "{line}");
+    // web has no CPU in domain 1: the kernel's word, not 0.
+    assert!(tables[0].lines().any(|l| l.starts_with("web") && l.contains(" 1 ") && l.contains("unavailable")));
+    // thrash stops at 2 s: its group is gone from later tables.
+    assert!(!tables.last().unwrap().contains("thrash"), "{}", tables.last().unwrap());
+    // Nothing left behind: no sandbox cgroup, no mount.
+    let pid_dirs = std::fs::read_dir("/sys/fs/cgroup/unified")
+        .map(|d| {
+            d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("cachescope-emu-")).count()
+        })
+        .unwrap_or(0);
+    assert_eq!(pid_dirs, 0);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("cachescope-emu"), "FUSE mount left behind");
+}
+
+#[test]
+fn resctrl_refusals() {
+    let s = scenario();
+    one_line_error(
+        &["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160"],
+        2,
+        "needs --scenario",
+    );
+    one_line_error(
+        &["monitor", "--backend", "resctrl", "--scenario", &s, "--interval", "500us"],
+        2,
+        "shorter than resctrl can sustain",
+    );
+    one_line_error(&["monitor", "--backend", "resctrl", "--scenario", &s, "--fast"], 2, "--fast");
+    if !std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().contains(" - resctrl ") {
+        one_line_error(&["monitor", "--backend", "resctrl"], 3, "resctrl is not mounted");
+    }
+}

@@ -1,0 +1,274 @@
+//! `cachescope monitor --backend resctrl`: containers from the cgroup v2 tree, one resctrl MON
+//! group each, counters read every interval. On a host with RDT it uses the kernel's resctrl
+//! mount; with `--emulate MODEL --scenario FILE` it mounts the emulated resctrl filesystem
+//! (FUSE) and plays the scenario with real cgroups holding real (idle) processes, so the path
+//! from cgroup events to mkdir/tasks/pread is the real one end to end.
+
+use crate::monitor::{Clock, MonitorArgs, Printer};
+use crate::CliError;
+use anyhow::anyhow;
+use cachescope_cgroups::identity::Glob;
+use cachescope_cgroups::watch::{Lifecycle, Watcher};
+use cachescope_cgroups::{threads, Hierarchy};
+use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
+use cachescope_resctrl::{ContainerGroups, Containers, Resctrl};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often RMID upkeep runs (CPU rates, retries, budget).
+const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
+
+fn unavailable(e: impl std::fmt::Display) -> CliError {
+    CliError::Unavailable(anyhow!("{e}"))
+}
+
+fn input(e: impl std::fmt::Display) -> CliError {
+    CliError::Input(anyhow!("{e}"))
+}
+
+/// Containers known from the cgroup watcher: id → (cgroup path, display name).
+struct HostContainers {
+    root: PathBuf,
+    v2: bool,
+    by_id: BTreeMap<String, (String, String)>,
+}
+
+impl Containers for HostContainers {
+    fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
+        let Some((rel, _)) = self.by_id.get(id) else { return Ok(Vec::new()) };
+        threads(&self.root, rel, self.v2).map_err(std::io::Error::other)
+    }
+
+    fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
+        let (rel, _) = self.by_id.get(id)?;
+        let text = std::fs::read_to_string(self.root.join(rel).join("cpu.stat")).ok()?;
+        text.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
+    }
+
+    fn ctrl_group(&self, id: &str) -> String {
+        let first = self.threads(id).ok().and_then(|t| t.first().copied());
+        first.and_then(|tid| cachescope_resctrl::ctrl_group_of(Path::new("/proc"), tid)).unwrap_or_default()
+    }
+}
+
+/// Scenario containers played for real: a cgroup with one idle process each, created and
+/// removed on the scenario's schedule, all under one sandbox cgroup removed at exit.
+struct Play {
+    sandbox: PathBuf,
+    pending: Vec<(Duration, Option<Duration>, String)>,
+    running: BTreeMap<String, (Child, Option<Duration>)>,
+}
+
+impl Play {
+    fn new(root: &Path, scenario: &Scenario) -> Result<Play, CliError> {
+        let sandbox = root.join(format!("cachescope-emu-{}", std::process::id()));
+        std::fs::create_dir(&sandbox).map_err(|e| unavailable(format!("creating {}: {e}", sandbox.display())))?;
+        let pending = scenario
+            .containers
+            .iter()
+            .map(|c| (Duration::from_millis(c.start_ms), c.stop_ms.map(Duration::from_millis), c.name.clone()))
+            .collect();
+        Ok(Play { sandbox, pending, running: BTreeMap::new() })
+    }
+
+    fn rel_prefix(&self) -> String {
+        self.sandbox.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Start and stop containers due at `t`.
+    fn step(&mut self, t: Duration) -> Result<(), CliError> {
+        let due: Vec<usize> = (0..self.pending.len()).filter(|&i| self.pending[i].0 <= t).collect();
+        for i in due.into_iter().rev() {
+            let (_, stop, name) = self.pending.remove(i);
+            let dir = self.sandbox.join(&name);
+            std::fs::create_dir(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
+            let child = Command::new("sleep")
+                .arg("infinity")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| unavailable(format!("starting a process for {name}: {e}")))?;
+            std::fs::write(dir.join("cgroup.procs"), child.id().to_string())
+                .map_err(|e| unavailable(format!("moving a process into {}: {e}", dir.display())))?;
+            self.running.insert(name, (child, stop));
+        }
+        let ended: Vec<String> =
+            self.running.iter().filter(|(_, (_, s))| s.is_some_and(|s| s <= t)).map(|(k, _)| k.clone()).collect();
+        for name in ended {
+            self.end(&name);
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, name: &str) {
+        if let Some((mut child, _)) = self.running.remove(name) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir(self.sandbox.join(name));
+        }
+    }
+}
+
+impl Drop for Play {
+    fn drop(&mut self) {
+        let names: Vec<String> = self.running.keys().cloned().collect();
+        for n in names {
+            self.end(&n);
+        }
+        let _ = std::fs::remove_dir(&self.sandbox);
+    }
+}
+
+pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
+    let interval = args.interval.unwrap_or(Duration::from_millis(100));
+    if interval < Duration::from_millis(1) {
+        return Err(input(format!(
+            "--interval {interval:?} is shorter than resctrl can sustain (each read is a syscall that takes the kernel's global mutex): use 1ms or more"
+        )));
+    }
+    if args.fast {
+        return Err(input(
+            "--fast is not available with the resctrl backend: the emulated filesystem follows the wall clock",
+        ));
+    }
+    if args.cores.is_some() {
+        return Err(input("--cores is for the msr backend; resctrl monitors containers"));
+    }
+    let h = Hierarchy::find(Path::new("/proc")).map_err(unavailable)?;
+    if !h.v2 {
+        return Err(unavailable(format!(
+            "the resctrl backend needs cgroup v2 to follow containers; found {}",
+            h.description
+        )));
+    }
+    let mut globs = Vec::new();
+    for g in &args.containers {
+        globs.push(Glob::new(g).map_err(|e| input(format!("--containers {g:?}: {e}")))?);
+    }
+    let mut play = None;
+    let mut label = "resctrl".to_string();
+    let mut l3_bytes = None;
+    // The emulated mount must outlive the session; declared before it so it drops after.
+    let mounted;
+    let rc = if emulate {
+        let path = args.scenario.as_ref().ok_or_else(|| {
+            input("--backend resctrl --emulate needs --scenario FILE (driving the emulated cache from this host's real containers comes with the engine)")
+        })?;
+        let scenario = Scenario::load(path).map_err(input)?;
+        let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
+        let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(input)?);
+        l3_bytes = Some(platform.l3_bytes());
+        let p = Play::new(&h.root, &scenario)?;
+        let prefix = format!("{}/", p.rel_prefix());
+        globs = vec![Glob::new(&format!("{}*", prefix)).map_err(input)?];
+        let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
+        mounted = Some(
+            Mounted::start(platform, Options::default(), proc_resolver("/proc".into(), workload))
+                .map_err(unavailable)?,
+        );
+        play = Some(p);
+        let root = mounted.as_ref().map(|m| m.root().to_path_buf()).unwrap_or_default();
+        label = format!("resctrl (emulated {model}, FUSE at {})", root.display());
+        Resctrl::at(root)
+    } else {
+        mounted = None;
+        match Resctrl::find(Path::new("/proc")) {
+            Ok(rc) => rc,
+            Err(_) if args.mount_resctrl => Resctrl::mount(Path::new("/sys/fs/resctrl"))
+                .map_err(|e| unavailable(format!("--mount-resctrl: {e}")))?,
+            Err(e) => return Err(unavailable(e)),
+        }
+    };
+    let _keep = &mounted;
+    let mut session = ContainerGroups::new(rc.clone()).map_err(unavailable)?;
+    let sandbox_rel = play.as_ref().map(|p| p.rel_prefix());
+    let mut src = HostContainers { root: h.root.clone(), v2: true, by_id: BTreeMap::new() };
+    if let Some(p) = play.as_mut() {
+        p.step(Duration::ZERO)?;
+    }
+    let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(unavailable)?;
+    let mut clock = Clock::new(interval, args.duration, false)?;
+    let mut printer = Printer::new();
+    let mut last_maintain = Duration::ZERO;
+    let mut first = true;
+    let result = (|| -> Result<(), CliError> {
+        while let Some((t, late)) = clock.next() {
+            if let Some(p) = play.as_mut() {
+                p.step(t)?;
+            }
+            let mut started = Vec::new();
+            while let Ok(ev) = events.try_recv() {
+                let c = ev.container;
+                // Scenario containers are known by their scenario name (DESIGN.md §5.5).
+                let id = match &sandbox_rel {
+                    Some(pre) => c.cgroup_path.strip_prefix(&format!("{pre}/")).unwrap_or(&c.identity.id).to_string(),
+                    None => c.identity.id.clone(),
+                };
+                match ev.kind {
+                    Lifecycle::Started => {
+                        let name = c.name.clone().unwrap_or_else(|| id.clone());
+                        src.by_id.insert(id.clone(), (c.cgroup_path.clone(), name));
+                        started.push(id);
+                    }
+                    Lifecycle::Stopped => {
+                        session.stop(&id).map_err(unavailable)?;
+                        src.by_id.remove(&id);
+                        printer.rows.retain(|(n, _), _| *n != id);
+                    }
+                }
+            }
+            if first {
+                first = false;
+                let (adopted, removed) = session.adopt_leftovers(&started, &src, t).map_err(unavailable)?;
+                if adopted + removed > 0 {
+                    eprintln!("cachescope: groups left by an earlier run: {adopted} adopted, {removed} removed");
+                }
+            }
+            for id in started {
+                session.start(&id, &src, t).map_err(unavailable)?;
+            }
+            for s in session.sample() {
+                let rmid = None;
+                printer.add(
+                    &s.container,
+                    s.domain,
+                    rmid,
+                    s.status,
+                    s.occupancy_bytes,
+                    s.mbm_total_bytes,
+                    s.mbm_local_bytes,
+                );
+            }
+            printer.ticks += 1;
+            printer.late.push(late);
+            if t.saturating_sub(last_maintain) >= MAINTAIN_EVERY {
+                last_maintain = t;
+                session.maintain(&src, t).map_err(unavailable)?;
+            }
+            if t - printer.period_start >= args.print_every {
+                let st = session.stats();
+                let mut header = format!(
+                    "backend={label} interval={interval:?} groups={} waiting={} reads={}",
+                    session.monitored().count(),
+                    session.waiting().len(),
+                    st.reads
+                );
+                if !session.waiting().is_empty() {
+                    let w: Vec<String> =
+                        session.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
+                    header.push_str(&format!("\nwithout RMID: {}", w.join(", ")));
+                }
+                printer.print(t, &header, l3_bytes);
+            }
+        }
+        Ok(())
+    })();
+    let cleanup = session.stop_all().map_err(unavailable);
+    let _ = watcher.stop();
+    drop(play);
+    result.and(cleanup)
+}
