@@ -5,29 +5,7 @@ use super::*;
 use cachescope_emu::Scenario;
 use std::path::Path;
 
-const SCENARIO: &str = r#"
-[platform]
-model = "intel-xeon-platinum-8160"
-l3_mib = 32
-domains = 2
-cpus_per_domain = 2
-
-[[container]]
-name = "thrash"
-cpus = [0, 1]
-footprint_mib = 24
-bandwidth_mbps = 4000
-local_fraction = 0.75
-
-# Streams through the cache from 3 s on, evicting what others left behind.
-[[container]]
-name = "stream"
-cpus = [0, 1]
-footprint_mib = 64
-bandwidth_mbps = 8000
-local_fraction = 1.0
-start_ms = 3000
-"#;
+const SCENARIO: &str = include_str!("../../../testdata/scenarios/thrash-then-stream.toml");
 
 fn state(opts: Options) -> (State, Arc<EmuPlatform>) {
     let sc = Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap();

@@ -18,18 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-const SCENARIO: &str = r#"
-[platform]
-model = "intel-xeon-platinum-8160"
-l3_mib = 32
-domains = 2
-cpus_per_domain = 2
-[[container]]
-name = "w"
-cpus = [0, 1]
-footprint_mib = 8
-bandwidth_mbps = 1000
-"#;
+const SCENARIO: &str = include_str!("../../../testdata/scenarios/thrash-then-stream.toml");
 
 const REPEATS: usize = 7;
 
@@ -60,7 +49,7 @@ fn main() {
         None => {
             let sc = Scenario::parse(SCENARIO, Path::new("bench.toml")).unwrap();
             let p = Arc::new(EmuPlatform::new(&sc).unwrap());
-            let m = Mounted::start(p, Options::default(), Box::new(|_| TaskLookup::Exists(Some("w".into()))))
+            let m = Mounted::start(p, Options::default(), Box::new(|_| TaskLookup::Exists(Some("thrash".into()))))
                 .unwrap_or_else(|e| {
                     eprintln!("resctrl_bench: {e}");
                     std::process::exit(3)

@@ -14,28 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-const SCENARIO: &str = r#"
-[platform]
-model = "intel-xeon-platinum-8160"
-l3_mib = 32
-domains = 2
-cpus_per_domain = 2
-
-[[container]]
-name = "thrash"
-cpus = [0, 1]
-footprint_mib = 24
-bandwidth_mbps = 4000
-local_fraction = 0.75
-
-[[container]]
-name = "stream"
-cpus = [0, 1]
-footprint_mib = 64
-bandwidth_mbps = 8000
-local_fraction = 1.0
-start_ms = 3000
-"#;
+const SCENARIO: &str = include_str!("../../../testdata/scenarios/thrash-then-stream.toml");
 
 /// Fake thread ids: 100 is the thrashing workload, 101..=4999 exist with no traffic, the rest
 /// do not exist.
