@@ -6,6 +6,7 @@
 //! what BPF's `bpf_get_current_cgroup_id` returns on cgroup v2), read `cgroup.threads`.
 
 pub mod identity;
+pub mod sandbox;
 pub mod watch;
 
 use cachescope_platform::mountinfo::{self, CgroupLayout};

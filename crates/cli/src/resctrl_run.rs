@@ -8,6 +8,7 @@ use crate::monitor::{Clock, MonitorArgs, Printer};
 use crate::CliError;
 use anyhow::anyhow;
 use cachescope_cgroups::identity::Glob;
+use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::watch::{Lifecycle, Watcher};
 use cachescope_cgroups::{threads, Hierarchy};
 use cachescope_emu::{EmuPlatform, Scenario};
@@ -15,7 +16,7 @@ use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
 use cachescope_resctrl::{ContainerGroups, Containers, Resctrl};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,15 +59,14 @@ impl Containers for HostContainers {
 /// Scenario containers played for real: a cgroup with one idle process each, created and
 /// removed on the scenario's schedule, all under one sandbox cgroup removed at exit.
 struct Play {
-    sandbox: PathBuf,
+    sandbox: Sandbox,
     pending: Vec<(Duration, Option<Duration>, String)>,
-    running: BTreeMap<String, (Child, Option<Duration>)>,
+    running: BTreeMap<String, Option<Duration>>,
 }
 
 impl Play {
-    fn new(root: &Path, scenario: &Scenario) -> Result<Play, CliError> {
-        let sandbox = root.join(format!("cachescope-emu-{}", std::process::id()));
-        std::fs::create_dir(&sandbox).map_err(|e| unavailable(format!("creating {}: {e}", sandbox.display())))?;
+    fn new(h: &Hierarchy, scenario: &Scenario) -> Result<Play, CliError> {
+        let sandbox = Sandbox::create(h, &format!("cachescope-emu-{}", std::process::id())).map_err(unavailable)?;
         let pending = scenario
             .containers
             .iter()
@@ -76,7 +76,7 @@ impl Play {
     }
 
     fn rel_prefix(&self) -> String {
-        self.sandbox.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        self.sandbox.rel()
     }
 
     /// Start and stop containers due at `t`.
@@ -84,42 +84,18 @@ impl Play {
         let due: Vec<usize> = (0..self.pending.len()).filter(|&i| self.pending[i].0 <= t).collect();
         for i in due.into_iter().rev() {
             let (_, stop, name) = self.pending.remove(i);
-            let dir = self.sandbox.join(&name);
-            std::fs::create_dir(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
-            let child = Command::new("sleep")
-                .arg("infinity")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .map_err(|e| unavailable(format!("starting a process for {name}: {e}")))?;
-            std::fs::write(dir.join("cgroup.procs"), child.id().to_string())
-                .map_err(|e| unavailable(format!("moving a process into {}: {e}", dir.display())))?;
-            self.running.insert(name, (child, stop));
+            let mut idle = Command::new("sleep");
+            idle.arg("infinity");
+            self.sandbox.spawn(&name, idle).map_err(unavailable)?;
+            self.running.insert(name, stop);
         }
         let ended: Vec<String> =
-            self.running.iter().filter(|(_, (_, s))| s.is_some_and(|s| s <= t)).map(|(k, _)| k.clone()).collect();
+            self.running.iter().filter(|(_, s)| s.is_some_and(|s| s <= t)).map(|(k, _)| k.clone()).collect();
         for name in ended {
-            self.end(&name);
+            self.running.remove(&name);
+            self.sandbox.remove(&name);
         }
         Ok(())
-    }
-
-    fn end(&mut self, name: &str) {
-        if let Some((mut child, _)) = self.running.remove(name) {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = std::fs::remove_dir(self.sandbox.join(name));
-        }
-    }
-}
-
-impl Drop for Play {
-    fn drop(&mut self) {
-        let names: Vec<String> = self.running.keys().cloned().collect();
-        for n in names {
-            self.end(&n);
-        }
-        let _ = std::fs::remove_dir(&self.sandbox);
     }
 }
 
@@ -162,7 +138,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
         let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
         let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(input)?);
         l3_bytes = Some(platform.l3_bytes());
-        let p = Play::new(&h.root, &scenario)?;
+        let p = Play::new(&h, &scenario)?;
         let prefix = format!("{}/", p.rel_prefix());
         globs = vec![Glob::new(&format!("{}*", prefix)).map_err(input)?];
         let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
