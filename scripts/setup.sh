@@ -7,12 +7,25 @@ set -euo pipefail
 # Debian packages the build or the tests need (checked by the command each provides).
 # Format: "command:package". Empty lists are fine; later crates add entries here.
 APT_NEEDS=(
+  "clang:clang"        # compiles the BPF program (crates/bpf)
+  "make:make"          # libbpf-sys builds the vendored libbpf
+  "pkg-config:pkg-config"
+)
+# Headers the build needs, checked by file: "path:package".
+APT_HEADERS=(
+  "/usr/include/libelf.h:libelf-dev"   # libbpf
+  "/usr/include/zlib.h:zlib1g-dev"     # libbpf
+  "/usr/include/linux/bpf.h:linux-libc-dev"
 )
 
 missing=()
 for entry in "${APT_NEEDS[@]}"; do
   cmd=${entry%%:*}; pkg=${entry#*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+for entry in "${APT_HEADERS[@]}"; do
+  path=${entry%%:*}; pkg=${entry#*:}
+  [ -e "$path" ] || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2

@@ -4,7 +4,7 @@
 //! be scaled when the PMU multiplexes.
 
 use crate::format::Encoded;
-use perf_event::{Builder, Counter, Group};
+use perf_event::{Builder, Counter, Group, ReadFormat};
 use perf_event_open_sys::bindings::perf_event_attr;
 use std::fs::File;
 use std::io;
@@ -70,7 +70,9 @@ impl GroupReading {
     }
 }
 
-/// A perf group: a dummy leader and one member per event, closed on drop.
+/// A perf group: the first event leads, one member per further event; closed on drop. (A
+/// dummy leader would do for hardware events, but software clock events in a dummy-led
+/// CPU-wide group read 0 on current kernels, so the first real event leads, as in perf stat.)
 pub struct CounterGroup {
     group: Group,
     members: Vec<Counter>,
@@ -94,11 +96,17 @@ fn configure<'a>(b: &mut Builder<'a>, target: &Target<'a>) {
 impl CounterGroup {
     /// Open and enable a group counting `events` for `target`.
     pub fn open<'a>(target: &Target<'a>, events: &[Encoded]) -> io::Result<CounterGroup> {
-        let mut lb: Builder<'a> = Group::builder();
+        let (first, rest) = events
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a group needs an event"))?;
+        let mut lb: Builder<'a> = Builder::new(*first);
+        lb.read_format(
+            ReadFormat::GROUP | ReadFormat::ID | ReadFormat::TOTAL_TIME_ENABLED | ReadFormat::TOTAL_TIME_RUNNING,
+        );
         configure(&mut lb, target);
         let mut group = lb.build_group()?;
-        let mut members = Vec::with_capacity(events.len());
-        for e in events {
+        let mut members = Vec::with_capacity(rest.len());
+        for e in rest {
             let mut b: Builder<'a> = Builder::new(*e);
             configure(&mut b, target);
             members.push(group.add(&b)?);
@@ -108,8 +116,10 @@ impl CounterGroup {
     }
 
     pub fn read(&mut self) -> io::Result<GroupReading> {
-        let data = self.group.read()?;
-        let raw = self.members.iter().map(|m| data.get(m).map_or(0, |e| e.value())).collect();
+        let data = self.group.as_counter_mut().read_group()?;
+        let leader = data.get(self.group.as_counter()).map_or(0, |e| e.value());
+        let raw =
+            std::iter::once(leader).chain(self.members.iter().map(|m| data.get(m).map_or(0, |e| e.value()))).collect();
         Ok(GroupReading {
             raw,
             enabled_ns: data.time_enabled().map_or(0, |d| d.as_nanos() as u64),

@@ -128,3 +128,15 @@ fn per_task_group_counts_this_thread() {
     assert!((d[0].value as f64 - d[1].value as f64).abs() <= 0.01 * d[0].value as f64, "{d:?}");
     assert!(b.enabled_ns >= a.enabled_ns && b.running_ns <= b.enabled_ns);
 }
+
+#[test]
+fn per_cpu_group_counts() {
+    let (ev, unit) = event();
+    let mut g = CounterGroup::open(&Target::Cpu(0), &[ev]).unwrap();
+    let a = g.read().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let b = g.read().unwrap();
+    println!("{a:?} {b:?} {unit}");
+    assert!(b.raw[0] > a.raw[0], "{a:?} {b:?}");
+    assert!(b.enabled_ns > a.enabled_ns);
+}
