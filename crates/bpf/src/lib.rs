@@ -101,7 +101,21 @@ pub struct Attribution {
     _ticks: Vec<perf_event::Counter>,
     pending: BTreeMap<(u64, u64), SlotRow>,
     cpu_totals: Vec<u64>,
+    /// Batch buffers, kept between drains (a drain runs up to every slot).
+    keys: Vec<Key>,
+    vals: Vec<u8>,
 }
+
+/// Slot-map capacity for `cgroups` active cgroups drained every `drain_every` slots: each
+/// cgroup can appear in every slot between two drains plus the two incomplete ones kept, and
+/// the idle bucket too; doubled for headroom, at least 1024.
+pub fn capacity_for(cgroups: usize, drain_every: u32) -> u32 {
+    let need = (cgroups as u64 + 1) * (u64::from(drain_every) + 2) * 2;
+    need.clamp(1024, 1 << 20) as u32
+}
+
+/// Keys per batch syscall.
+const BATCH: usize = 256;
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -111,8 +125,11 @@ fn monotonic_ns() -> u64 {
 }
 
 impl Attribution {
-    /// Load and attach: count `events` on every CPU in `cpus`, slots of `slot` length.
-    pub fn start(events: &[Encoded], cpus: &[usize], slot: Duration) -> Result<Attribution, BpfError> {
+    /// Load and attach: count `events` on every CPU in `cpus`, slots of `slot` length, with
+    /// room for `capacity` (slot, cgroup) pairs between drains. A drain walks every bucket of
+    /// the hash, so capacity is its cost: size it to cgroups × slots per drain, with margin
+    /// (see [`capacity_for`]).
+    pub fn start(events: &[Encoded], cpus: &[usize], slot: Duration, capacity: u32) -> Result<Attribution, BpfError> {
         if events.is_empty() || events.len() > MAX_EVENTS {
             return Err(BpfError::Config(format!("1 to {MAX_EVENTS} events, not {}", events.len())));
         }
@@ -122,6 +139,7 @@ impl Attribution {
         }
         let mut obj = MaybeUninit::uninit();
         let mut open = skel::AttribSkelBuilder::default().open(&mut obj).map_err(lb("opening the BPF object"))?;
+        open.maps.acc.set_max_entries(capacity.max(64)).map_err(lb("sizing the slot map"))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.slot_ns = slot_ns;
             ro.nev = events.len() as u32;
@@ -184,6 +202,8 @@ impl Attribution {
             _ticks: ticks,
             pending: BTreeMap::new(),
             cpu_totals: vec![0; ncpus as usize],
+            keys: vec![Key::default(); BATCH],
+            vals: vec![0u8; BATCH * ncpus as usize * VAL_SIZE],
         })
     }
 
@@ -220,9 +240,7 @@ impl Attribution {
     }
 
     fn collect(&mut self) -> Result<(), BpfError> {
-        const BATCH: usize = 256;
-        let mut keys = vec![Key::default(); BATCH];
-        let mut vals = vec![0u8; BATCH * self.ncpus * VAL_SIZE];
+        let (keys, vals) = (&mut self.keys, &mut self.vals);
         let mut token = [0u64; 2];
         let mut first = true;
         loop {

@@ -46,6 +46,10 @@ fn event() -> (Encoded, &'static str) {
     }
 }
 
+/// Sizing of the slot map: a handful of cgroups, drained every ~20 slots.
+const CAP_CGROUPS: usize = 64;
+const CAP_DRAIN: u32 = 32;
+
 fn cpus() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
 }
@@ -66,7 +70,12 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     let Some(mut sb) = setup("attr") else { return };
     let (ev, unit) = event();
     let cpus = cpus();
-    let mut attr = match Attribution::start(&[ev], &cpus, Duration::from_millis(1)) {
+    let mut attr = match Attribution::start(
+        &[ev],
+        &cpus,
+        Duration::from_millis(1),
+        cachescope_bpf::capacity_for(CAP_CGROUPS, CAP_DRAIN),
+    ) {
         Ok(a) => a,
         Err(e) => panic!("BPF should load on this host (root, BPF available): {e}"),
     };

@@ -67,15 +67,26 @@ impl Sandbox {
         Ok(pid)
     }
 
-    /// Kill the processes of child `name` and remove its cgroup.
+    /// Kill every process of child `name` (the ones we started and anything they forked) and
+    /// remove its cgroup.
     pub fn remove(&mut self, name: &str) {
+        let d = self.dir.join(name);
+        // cgroup.kill (Linux 5.14+) kills the whole cgroup, grandchildren included.
+        let _ = std::fs::write(d.join("cgroup.kill"), "1");
         if let Some(procs) = self.children.remove(name) {
             for mut c in procs {
                 let _ = c.kill();
                 let _ = c.wait();
             }
         }
-        let _ = std::fs::remove_dir(self.dir.join(name));
+        // Killed processes leave the cgroup asynchronously: retry briefly.
+        for _ in 0..100 {
+            match std::fs::remove_dir(&d) {
+                Ok(()) => return,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
     }
 }
 
