@@ -12,9 +12,6 @@
 use cachescope_bpf::Attribution;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::Hierarchy;
-use cachescope_perf::counter::{CounterGroup, Target};
-use cachescope_perf::events::{PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
-use cachescope_perf::Encoded;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -80,15 +77,7 @@ fn main() {
         std::process::exit(3);
     }
     let cpus: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-    let cycles = Encoded { type_: PERF_TYPE_HARDWARE, config: 0, ..Encoded::default() };
-    let (ev, unit) = if CounterGroup::open(&Target::Cpu(0), &[cycles]).is_ok() {
-        (cycles, "cycles")
-    } else {
-        (
-            Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() },
-            "cpu-clock (no hardware PMU here)",
-        )
-    };
+    let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
     println!("bpf_bench: {} CPUs, event {unit}, 1 ms slots", cpus.len());
 
     // 2. Context-switch cost, interleaved with/without.

@@ -6,9 +6,7 @@
 
 use cachescope_bpf::{Attribution, IDLE};
 use cachescope_cgroups::sandbox::Sandbox;
-use cachescope_cgroups::Hierarchy;
 use cachescope_perf::counter::{CounterGroup, Target};
-use cachescope_perf::events::{PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::Encoded;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -17,33 +15,24 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn setup(tag: &str) -> Option<Sandbox> {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skip: not root, cannot load BPF");
-        return None;
-    }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         println!("note: no kernel BTF; the program needs none (no CO-RE), continuing");
     }
-    match Hierarchy::find(Path::new("/proc")) {
-        Ok(h) if h.v2 => {
-            Some(Sandbox::create(&h, &format!("cachescope-bpftest-{tag}-{}", std::process::id())).unwrap())
-        }
-        other => {
-            println!("skip: no cgroup v2 ({other:?})");
+    match Sandbox::for_host(&format!("cachescope-bpftest-{tag}")) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            println!("skip: {why}");
             None
         }
     }
 }
 
 fn event() -> (Encoded, &'static str) {
-    let cycles = Encoded { type_: PERF_TYPE_HARDWARE, config: 0, ..Encoded::default() };
-    if CounterGroup::open(&Target::Cpu(0), &[cycles]).is_ok() {
-        (cycles, "cycles")
-    } else {
-        println!("note: no hardware PMU on this host; attributing software cpu-clock (ns) instead");
-        (Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() }, "cpu-clock ns")
+    let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
+    if unit != "cycles" {
+        println!("note: no hardware PMU on this host; counting software cpu-clock (ns) instead");
     }
+    (ev, unit)
 }
 
 /// Sizing of the slot map: a handful of cgroups, drained every ~20 slots.

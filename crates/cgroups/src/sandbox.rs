@@ -31,6 +31,20 @@ impl Sandbox {
         Ok(Sandbox { root: h.root.clone(), dir, children: BTreeMap::new() })
     }
 
+    /// A sandbox `<prefix>-<pid>` under this host's cgroup v2 root, or why there cannot be one
+    /// (not root, no cgroup v2): what the real-kernel tests print when they skip.
+    pub fn for_host(prefix: &str) -> Result<Sandbox, String> {
+        // SAFETY: geteuid has no preconditions and touches no memory.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: cannot create cgroups".into());
+        }
+        let h = Hierarchy::find(Path::new("/proc")).map_err(|e| e.to_string())?;
+        if !h.v2 {
+            return Err(format!("no cgroup v2 ({})", h.description));
+        }
+        Sandbox::create(&h, &format!("{prefix}-{}", std::process::id())).map_err(|e| e.to_string())
+    }
+
     /// The sandbox directory.
     pub fn dir(&self) -> &Path {
         &self.dir

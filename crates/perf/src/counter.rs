@@ -128,6 +128,19 @@ impl CounterGroup {
     }
 }
 
+/// The busy-time event this host can count: hardware cycles where the kernel has a PMU
+/// (probed by opening one on CPU 0), else software cpu-clock in ns (VMs without a PMU).
+/// Returns the encoding and its unit, for saying which one the data holds.
+pub fn cycles_or_cpu_clock() -> (Encoded, &'static str) {
+    use crate::events::{PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
+    let cycles = Encoded { type_: PERF_TYPE_HARDWARE, config: 0, ..Encoded::default() };
+    if CounterGroup::open(&Target::Cpu(0), &[cycles]).is_ok() {
+        (cycles, "cycles")
+    } else {
+        (Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() }, "cpu-clock ns")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,41 +6,29 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use cachescope_cgroups::sandbox::Sandbox;
-use cachescope_cgroups::Hierarchy;
 use cachescope_perf::cgroup::CgroupCollector;
 use cachescope_perf::counter::{CounterGroup, Target};
-use cachescope_perf::events::{PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::Encoded;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn sandbox(tag: &str) -> Option<Sandbox> {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skip: not root");
-        return None;
-    }
-    match Hierarchy::find(Path::new("/proc")) {
-        Ok(h) if h.v2 => {
-            Some(Sandbox::create(&h, &format!("cachescope-perftest-{tag}-{}", std::process::id())).unwrap())
-        }
-        other => {
-            println!("skip: no cgroup v2 ({other:?})");
+    match Sandbox::for_host(&format!("cachescope-perftest-{tag}")) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            println!("skip: {why}");
             None
         }
     }
 }
 
-/// Cycles if this host counts them, else cpu-clock; with the unit for messages.
 fn event() -> (Encoded, &'static str) {
-    let cycles = Encoded { type_: PERF_TYPE_HARDWARE, config: 0, ..Encoded::default() };
-    if CounterGroup::open(&Target::Cpu(0), &[cycles]).is_ok() {
-        (cycles, "cycles")
-    } else {
-        println!("note: no hardware PMU on this host (perf_event_open of cycles failed); counting software cpu-clock (ns) instead");
-        (Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() }, "cpu-clock ns")
+    let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
+    if unit != "cycles" {
+        println!("note: no hardware PMU on this host; counting software cpu-clock (ns) instead");
     }
+    (ev, unit)
 }
 
 fn usage_usec(dir: &Path) -> u64 {
