@@ -7,6 +7,7 @@
 use crate::monitor::{Clock, MonitorArgs, Printer};
 use crate::CliError;
 use anyhow::anyhow;
+use cachescope_bpf::{capacity_for, Attribution};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::watch::{Lifecycle, Watcher};
@@ -99,6 +100,69 @@ impl Play {
     }
 }
 
+/// Per-container PMU counts from the eBPF attribution (1 ms slots), summed between tables.
+/// Off, with the reason said once, where BPF cannot load.
+struct Pmu {
+    attr: Option<Attribution>,
+    unit: &'static str,
+    names: BTreeMap<u64, String>,
+    sums: BTreeMap<String, u64>,
+    slots: std::collections::BTreeSet<u64>,
+}
+
+impl Pmu {
+    fn start(interval: Duration) -> Pmu {
+        let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
+        let cpus: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        let per_drain = (interval.as_millis() as u32).max(1);
+        let attr = match Attribution::start(&[ev], &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("cachescope: PMU attribution off: {e}");
+                None
+            }
+        };
+        Pmu { attr, unit, names: BTreeMap::new(), sums: BTreeMap::new(), slots: Default::default() }
+    }
+
+    fn drain(&mut self) {
+        let Some(a) = self.attr.as_mut() else { return };
+        match a.drain() {
+            Ok(rows) => {
+                for r in rows {
+                    self.slots.insert(r.slot);
+                    if let Some(id) = self.names.get(&r.cgroup_id) {
+                        *self.sums.entry(id.clone()).or_default() += r.values[0];
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("cachescope: PMU attribution stopped: {e}");
+                self.attr = None;
+            }
+        }
+    }
+
+    /// One line for the table header, and reset.
+    fn line(&mut self, period: Duration) -> Option<String> {
+        self.attr.as_ref()?;
+        let secs = period.as_secs_f64().max(1e-9);
+        let ids: std::collections::BTreeSet<&String> = self.names.values().collect();
+        let per: Vec<String> = ids
+            .into_iter()
+            .map(|id| (id, self.sums.get(id).copied().unwrap_or(0)))
+            .map(|(id, v)| match self.unit {
+                "cycles" => format!("{id} {:.1} Mcycles/s", v as f64 / secs / 1e6),
+                _ => format!("{id} {:.3} CPUs", v as f64 / 1e9 / secs),
+            })
+            .collect();
+        let line = format!("PMU ({}, eBPF, {} slots of 1 ms): {}", self.unit, self.slots.len(), per.join(", "));
+        self.sums.clear();
+        self.slots.clear();
+        Some(line)
+    }
+}
+
 pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
     let interval = args.interval.unwrap_or(Duration::from_millis(100));
     if interval < Duration::from_millis(1) {
@@ -170,6 +234,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
     let mut clock = Clock::new(interval, args.duration, false)?;
     let mut printer = Printer::new();
     let mut last_maintain = Duration::ZERO;
+    let mut pmu = Pmu::start(interval);
     let mut first = true;
     let result = (|| -> Result<(), CliError> {
         while let Some((t, late)) = clock.next() {
@@ -187,12 +252,16 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
                 match ev.kind {
                     Lifecycle::Started => {
                         let name = c.name.clone().unwrap_or_else(|| id.clone());
+                        if let Some(cg) = c.cgroup_id {
+                            pmu.names.insert(cg, id.clone());
+                        }
                         src.by_id.insert(id.clone(), (c.cgroup_path.clone(), name));
                         started.push(id);
                     }
                     Lifecycle::Stopped => {
                         session.stop(&id).map_err(unavailable)?;
                         src.by_id.remove(&id);
+                        pmu.names.retain(|_, v| *v != id);
                         printer.rows.retain(|(n, _), _| *n != id);
                     }
                 }
@@ -219,6 +288,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
                     s.mbm_local_bytes,
                 );
             }
+            pmu.drain();
             printer.ticks += 1;
             printer.late.push(late);
             if t.saturating_sub(last_maintain) >= MAINTAIN_EVERY {
@@ -237,6 +307,10 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
                     let w: Vec<String> =
                         session.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
                     header.push_str(&format!("\nwithout RMID: {}", w.join(", ")));
+                }
+                if let Some(line) = pmu.line(t - printer.period_start) {
+                    header.push('\n');
+                    header.push_str(&line);
                 }
                 printer.print(t, &header, l3_bytes);
             }

@@ -153,6 +153,8 @@ fn resctrl_backend_on_the_emulated_filesystem() {
     assert!(mib > 18.0 && mib <= 24.0, "{line}");
     // web has no CPU in domain 1: the kernel's word, not 0.
     assert!(tables[0].lines().any(|l| l.starts_with("web") && l.contains(" 1 ") && l.contains("unavailable")));
+    // Per-container PMU counts from the eBPF attribution, in 1 ms slots.
+    assert!(tables[0].contains("PMU (") && tables[0].contains("slots of 1 ms"), "{}", tables[0]);
     // thrash stops at 2 s: its group is gone from later tables.
     assert!(!tables.last().unwrap().contains("thrash"), "{}", tables.last().unwrap());
     // Nothing left behind: no sandbox cgroup, no mount.
