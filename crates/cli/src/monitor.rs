@@ -9,6 +9,7 @@ use cachescope_cmt::{
 };
 use cachescope_detect::{detect, HostPaths, LiveProbe};
 use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_engine::{Ticker, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::msr::MsrDevice;
 use cachescope_hw::{cpulist, CpuInfo};
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
@@ -265,11 +266,12 @@ impl Printer {
 }
 
 /// Drives ticks: wall clock with absolute deadlines, or virtual time with `--fast`.
+/// Drives ticks: an absolute timerfd (engine::Ticker) on the wall clock, or virtual time with
+/// `--fast`.
 pub(crate) struct Clock {
-    start: Instant,
+    ticker: Option<Ticker>,
     interval: Duration,
     tick: u64,
-    fast: bool,
     stop: Arc<AtomicBool>,
     until: Option<Duration>,
 }
@@ -281,29 +283,32 @@ impl Clock {
             signal_hook::flag::register(sig, stop.clone())
                 .map_err(|e| CliError::Unavailable(anyhow!("signal handler: {e}")))?;
         }
-        Ok(Clock { start: Instant::now(), interval, tick: 0, fast, stop, until })
+        let ticker = if fast {
+            None
+        } else {
+            Some(Ticker::new(interval).map_err(|e| match e {
+                TickerError::Interval(_) => input(format!("--interval: {e}")),
+                TickerError::Io(_) => CliError::Unavailable(anyhow!("{e}")),
+            })?)
+        };
+        Ok(Clock { ticker, interval, tick: 0, stop, until })
     }
 
     /// Wait for the next tick; returns its time since start and its lateness, or None to stop.
     pub fn next(&mut self) -> Option<(Duration, Duration)> {
-        self.tick += 1;
-        let due = self.interval * self.tick as u32;
-        if self.until.is_some_and(|u| due > u) || self.stop.load(Ordering::Relaxed) {
-            return None;
-        }
-        if self.fast {
-            return Some((due, Duration::ZERO));
-        }
-        let deadline = self.start + due;
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::sleep(deadline - now);
-        }
         if self.stop.load(Ordering::Relaxed) {
             return None;
         }
-        let t = self.start.elapsed();
-        Some((t, t.saturating_sub(due)))
+        let Some(ticker) = self.ticker.as_mut() else {
+            self.tick += 1;
+            let due = self.interval * self.tick as u32;
+            return self.until.is_none_or(|u| due <= u).then_some((due, Duration::ZERO));
+        };
+        let tick = ticker.wait().ok()?;
+        if self.until.is_some_and(|u| tick.due > u) || self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some((ticker.elapsed(), tick.late))
     }
 }
 
