@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use cachescope_bpf::{Attribution, IDLE};
+use cachescope_cgroups::cpu_usage_usec;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_perf::counter::{CounterGroup, Target};
 use cachescope_perf::Encoded;
@@ -43,11 +44,6 @@ fn cpus() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
 }
 
-fn usage_usec(dir: &Path) -> u64 {
-    let t = std::fs::read_to_string(dir.join("cpu.stat")).unwrap();
-    t.lines().find_map(|l| l.strip_prefix("usage_usec ")).unwrap().trim().parse().unwrap()
-}
-
 fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(args[0]);
     c.args(&args[1..]);
@@ -80,7 +76,7 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     let base_totals = attr.cpu_totals().to_vec();
     sb.spawn("busy", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
     sb.spawn("idle", cmd(&["sleep", "60"])).unwrap();
-    let u0 = usage_usec(&busy);
+    let u0 = cpu_usage_usec(&busy).unwrap();
     let t0 = Instant::now();
     let mut rows = Vec::new();
     let mut late_id = 0;
@@ -93,7 +89,7 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
             sb.spawn("late", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
         }
     }
-    let u1 = usage_usec(&busy);
+    let u1 = cpu_usage_usec(&busy).unwrap();
     rows.extend(attr.drain_all().unwrap());
     let after: Vec<u64> = per_cpu.iter_mut().map(|g| g.read().unwrap().raw[0]).collect();
     let mut by_cg: BTreeMap<u64, u64> = BTreeMap::new();

@@ -112,21 +112,16 @@ fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth:
     Ok(())
 }
 
-/// Names of the sub-directories of `dir`, sorted; none when `dir` was removed meanwhile
-/// (cgroups vanish while we walk: a normal event, not an error).
+/// [`cachescope_platform::fsutil::subdirs`] with the path in the error.
 pub(crate) fn subdirs(dir: &Path) -> Result<Vec<String>, CgroupError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(CgroupError::Io { path: dir.to_path_buf(), error }),
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    Ok(names)
+    cachescope_platform::fsutil::subdirs(dir).map_err(|error| CgroupError::Io { path: dir.to_path_buf(), error })
+}
+
+/// CPU time used by the cgroup at `dir` in µs (`usage_usec` of `cpu.stat`, present on every
+/// cgroup v2 directory); None when unreadable (the cgroup vanished, or v1).
+pub fn cpu_usage_usec(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
 }
 
 /// Fill in cgroup id and name for an identified path.

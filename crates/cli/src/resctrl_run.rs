@@ -11,7 +11,7 @@ use cachescope_bpf::{capacity_for, Attribution};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::watch::{Lifecycle, Watcher};
-use cachescope_cgroups::{threads, Hierarchy};
+use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
 use cachescope_resctrl::{ContainerGroups, Containers, Resctrl};
@@ -47,8 +47,7 @@ impl Containers for HostContainers {
 
     fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
         let (rel, _) = self.by_id.get(id)?;
-        let text = std::fs::read_to_string(self.root.join(rel).join("cpu.stat")).ok()?;
-        text.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
+        cpu_usage_usec(&self.root.join(rel))
     }
 
     fn ctrl_group(&self, id: &str) -> String {

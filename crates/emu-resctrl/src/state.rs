@@ -246,14 +246,14 @@ impl State {
             let dd = format!("{md}/mon_L3_{:02}", self.domain_ids[dom]);
             self.add(&dd, Kind::Dir);
             for &event in &self.events.clone() {
-                self.add(&format!("{dd}/{}", file_of(event)), Kind::Mon { gid, dom, sub: None, event });
+                self.add(&format!("{dd}/{}", event.name()), Kind::Mon { gid, dom, sub: None, event });
             }
             if self.opts.snc > 1 {
                 for j in 0..self.opts.snc {
                     let sd = format!("{dd}/mon_sub_L3_{:02}", dom as u32 * self.opts.snc + j);
                     self.add(&sd, Kind::Dir);
                     for &event in &self.events.clone() {
-                        self.add(&format!("{sd}/{}", file_of(event)), Kind::Mon { gid, dom, sub: Some(j), event });
+                        self.add(&format!("{sd}/{}", event.name()), Kind::Mon { gid, dom, sub: Some(j), event });
                     }
                 }
             }
@@ -376,7 +376,7 @@ impl State {
         Ok(match kind {
             Kind::LastCmdStatus => format!("{}\n", self.last_cmd),
             Kind::NumRmids => format!("{}\n", l3.max_rmid + 1),
-            Kind::MonFeatures => self.events.iter().map(|e| format!("{}\n", file_of(*e))).collect(),
+            Kind::MonFeatures => self.events.iter().map(|e| format!("{}\n", e.name())).collect(),
             Kind::Threshold => format!("{}\n", self.threshold),
             Kind::AssignMode => "[mbm_event]\ndefault\n".into(),
             Kind::NumCntrs => per_dom(vec![self.opts.mbm_counters.unwrap_or(0); self.domain_ids.len()]),
@@ -608,13 +608,5 @@ impl State {
     /// The RMID of the group at `path`.
     pub fn rmid_of(&self, path: &str) -> Option<u32> {
         self.groups.values().find(|g| g.path == path).map(|g| g.rmid)
-    }
-}
-
-fn file_of(e: Event) -> &'static str {
-    match e {
-        Event::L3Occupancy => "llc_occupancy",
-        Event::MbmTotal => "mbm_total_bytes",
-        Event::MbmLocal => "mbm_local_bytes",
     }
 }

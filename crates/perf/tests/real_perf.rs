@@ -5,11 +5,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+use cachescope_cgroups::cpu_usage_usec;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_perf::cgroup::CgroupCollector;
 use cachescope_perf::counter::{CounterGroup, Target};
 use cachescope_perf::Encoded;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -29,11 +29,6 @@ fn event() -> (Encoded, &'static str) {
         println!("note: no hardware PMU on this host; counting software cpu-clock (ns) instead");
     }
     (ev, unit)
-}
-
-fn usage_usec(dir: &Path) -> u64 {
-    let t = std::fs::read_to_string(dir.join("cpu.stat")).unwrap();
-    t.lines().find_map(|l| l.strip_prefix("usage_usec ")).unwrap().trim().parse().unwrap()
 }
 
 fn busy() -> Command {
@@ -63,7 +58,7 @@ fn busy_idle_and_late_cgroups() {
     col.add("idle", &idle_dir).unwrap();
     sb.spawn("busy", busy()).unwrap();
     sb.spawn("idle", idle()).unwrap();
-    let u0 = usage_usec(&busy_dir);
+    let u0 = cpu_usage_usec(&busy_dir).unwrap();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
     // A cgroup created after start is picked up from then on.
@@ -72,7 +67,7 @@ fn busy_idle_and_late_cgroups() {
     sb.spawn("late", busy()).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let d = col.sample().unwrap();
-    let u1 = usage_usec(&busy_dir);
+    let u1 = cpu_usage_usec(&busy_dir).unwrap();
     let wall = t0.elapsed();
     let get = |id: &str| d.iter().find(|x| x.id == id).unwrap().values[0];
     let (b, i, l) = (get("busy"), get("idle"), get("late"));

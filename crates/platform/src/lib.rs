@@ -3,6 +3,7 @@
 //! topology from sysfs, and the mount table.
 
 pub mod cpuid;
+pub mod fsutil;
 pub mod mountinfo;
 pub mod msr;
 pub mod topology;

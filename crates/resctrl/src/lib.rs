@@ -77,12 +77,10 @@ pub struct MonInfo {
 }
 
 impl MonInfo {
-    /// The events this client reads, in file-name order of [`event_file`].
+    /// The events this client reads: those of [`Event::ALL`] listed in `mon_features` (an
+    /// event's resctrl file name is [`Event::name`]).
     pub fn events(&self) -> Vec<Event> {
-        [Event::L3Occupancy, Event::MbmTotal, Event::MbmLocal]
-            .into_iter()
-            .filter(|e| self.features.iter().any(|f| f == event_file(*e)))
-            .collect()
+        Event::ALL.into_iter().filter(|e| self.features.iter().any(|f| f == e.name())).collect()
     }
 }
 
@@ -100,15 +98,6 @@ pub struct AssignInfo {
 pub struct Domain {
     pub id: u32,
     pub sub: Vec<u32>,
-}
-
-/// The file name of an event under `mon_L3_XX/`.
-pub fn event_file(e: Event) -> &'static str {
-    match e {
-        Event::L3Occupancy => "llc_occupancy",
-        Event::MbmTotal => "mbm_total_bytes",
-        Event::MbmLocal => "mbm_local_bytes",
-    }
 }
 
 /// Refuse any container id that could escape a path component or confuse a reader: only
@@ -413,7 +402,7 @@ impl Resctrl {
         let mut slots = Vec::new();
         for d in domains {
             for &e in events {
-                let p = base.join(format!("mon_L3_{:02}", d.id)).join(event_file(e));
+                let p = base.join(format!("mon_L3_{:02}", d.id)).join(e.name());
                 let file = File::open(&p).map_err(io_err(&p))?;
                 slots.push(Slot { domain: d.id, event: e, file });
             }
@@ -428,7 +417,7 @@ impl Resctrl {
             .join("mon_data")
             .join(format!("mon_L3_{domain:02}"))
             .join(format!("mon_sub_L3_{sub:02}"))
-            .join(event_file(e));
+            .join(e.name());
         let t = std::fs::read(&p).map_err(io_err(&p))?;
         Value::parse(&t).ok_or_else(|| ResctrlError::Parse { path: p, text: String::from_utf8_lossy(&t).into() })
     }
@@ -449,20 +438,9 @@ fn parse_counters(path: &Path, text: &str) -> Result<Vec<(Option<u32>, u32)>, Re
         .collect()
 }
 
-/// Sorted names of the sub-directories of `dir`; none when it does not exist.
+/// [`cachescope_platform::fsutil::subdirs`] with the path in the error.
 fn dir_names(dir: &Path) -> Result<Vec<String>, ResctrlError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(ResctrlError::Io { path: dir.to_path_buf(), error: e }),
-    };
-    let mut v: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    v.sort();
-    Ok(v)
+    cachescope_platform::fsutil::subdirs(dir).map_err(io_err(dir))
 }
 
 struct Slot {
