@@ -38,6 +38,16 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// Bad usage or input, from anything printable (one line).
+    pub fn input(e: impl std::fmt::Display) -> CliError {
+        CliError::Input(anyhow::anyhow!("{e}"))
+    }
+
+    /// The backend or facility is unavailable, from anything printable (one line).
+    pub fn unavailable(e: impl std::fmt::Display) -> CliError {
+        CliError::Unavailable(anyhow::anyhow!("{e}"))
+    }
+
     fn exit_code(&self) -> u8 {
         match self {
             CliError::Input(_) => 2,

@@ -80,10 +80,6 @@ impl TaskTagger for EmuTagger {
     }
 }
 
-fn input(e: impl std::fmt::Display) -> CliError {
-    CliError::Input(anyhow!("{e}"))
-}
-
 impl MonitorArgs {
     /// The interval for the MSR-level paths (emulated, msr).
     fn msr_interval(&self) -> Duration {
@@ -93,7 +89,7 @@ impl MonitorArgs {
 
 pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
     if args.containers.iter().any(|g| g == "auto") && args.containers.len() > 1 {
-        return Err(input("--containers: `auto` cannot be combined with globs"));
+        return Err(CliError::input("--containers: `auto` cannot be combined with globs"));
     }
     if args.backend == Backend::Resctrl {
         return crate::resctrl_run::run(args, args.emulate.is_some() || args.scenario.is_some());
@@ -107,7 +103,7 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
         return run_emulated(args);
     }
     if args.emulate.is_some() || args.scenario.is_some() {
-        return Err(input("--emulate and --scenario need --backend emulated (or auto)"));
+        return Err(CliError::input("--emulate and --scenario need --backend emulated (or auto)"));
     }
     let host = CpuInfo::decode(
         &CpuidSnapshot::capture(&InstructionCpuid).map_err(|e| CliError::Unavailable(anyhow!("CPUID: {e}")))?,
@@ -133,7 +129,7 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
             Some(n) => n,
         },
     };
-    let status = d.get(name).ok_or_else(|| input(format!("unknown backend {name}")))?;
+    let status = d.get(name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
     if !status.available {
         return Err(CliError::Unavailable(anyhow!("backend {name} is unavailable: {}", status.reason)));
     }
@@ -148,7 +144,7 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
     let groups = args
         .cores
         .as_deref()
-        .ok_or_else(|| input("the msr backend monitors core groups: give --cores, e.g. 0-3,4-7"))?;
+        .ok_or_else(|| CliError::input("the msr backend monitors core groups: give --cores, e.g. 0-3,4-7"))?;
     let l3 = host.monitoring.l3.clone().ok_or_else(|| CliError::Unavailable(anyhow!("no L3 monitoring")))?;
     let caps = Caps::from_l3(&l3, host.monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
     let topo = Topology::read(std::path::Path::new("/sys")).map_err(|e| CliError::Unavailable(anyhow!(e)))?;
@@ -160,11 +156,11 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
 
 fn run_emulated(args: &MonitorArgs) -> Result<(), CliError> {
     let path = args.scenario.as_ref().ok_or_else(|| {
-        input("--emulate needs --scenario FILE for now (emulation driven by this host's real containers comes with the engine)")
+        CliError::input("--emulate needs --scenario FILE for now (emulation driven by this host's real containers comes with the engine)")
     })?;
-    let scenario = Scenario::load(path).map_err(input)?;
+    let scenario = Scenario::load(path).map_err(CliError::input)?;
     let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
-    let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(input)?);
+    let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
     let mut l3 = emu.l3().clone();
     l3.counter_width_linux = emu.counter_width();
     let caps = Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
@@ -287,7 +283,7 @@ impl Clock {
             None
         } else {
             Some(Ticker::new(interval).map_err(|e| match e {
-                TickerError::Interval(_) => input(format!("--interval: {e}")),
+                TickerError::Interval(_) => CliError::input(format!("--interval: {e}")),
                 TickerError::Io(_) => CliError::Unavailable(anyhow!("{e}")),
             })?)
         };
@@ -315,7 +311,7 @@ impl Clock {
 fn check_interval(args: &MonitorArgs, caps: &Caps) -> Result<MbmTracker, CliError> {
     let peak = args.peak_bandwidth_gbps.saturating_mul(1_000_000_000);
     let tracker = MbmTracker::new(caps, peak);
-    tracker.check_interval(args.msr_interval(), peak).map_err(input)?;
+    tracker.check_interval(args.msr_interval(), peak).map_err(CliError::input)?;
     Ok(tracker)
 }
 
@@ -393,18 +389,18 @@ fn run_cores<D: MsrDevice + Clone>(
     label: &str,
 ) -> Result<(), CliError> {
     let mut tracker = check_interval(args, &caps)?;
-    let groups = parse_core_groups(groups).map_err(input)?;
+    let groups = parse_core_groups(groups).map_err(CliError::input)?;
     // Each group gets RMID index+1 in the domain(s) its cores belong to.
     let mut plan = Vec::new();
     for (i, g) in groups.iter().enumerate() {
         let rmid = i as u32 + 1;
         if rmid > caps.max_rmid {
-            return Err(input(format!("{} core groups but only {} RMIDs", groups.len(), caps.max_rmid)));
+            return Err(CliError::input(format!("{} core groups but only {} RMIDs", groups.len(), caps.max_rmid)));
         }
         let mut doms: Vec<u32> = Vec::new();
         for &cpu in g {
-            let d =
-                domain_of(cpu).ok_or_else(|| input(format!("--cores: CPU {cpu} is not an online CPU with an L3")))?;
+            let d = domain_of(cpu)
+                .ok_or_else(|| CliError::input(format!("--cores: CPU {cpu} is not an online CPU with an L3")))?;
             if !doms.contains(&d) {
                 doms.push(d);
             }

@@ -6,7 +6,6 @@
 
 use crate::monitor::{Clock, MonitorArgs, Printer};
 use crate::CliError;
-use anyhow::anyhow;
 use cachescope_bpf::{capacity_for, Attribution};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::sandbox::Sandbox;
@@ -14,6 +13,7 @@ use cachescope_cgroups::watch::{Lifecycle, Watcher};
 use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
+use cachescope_platform::Topology;
 use cachescope_resctrl::{ContainerGroups, Containers, Resctrl};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,29 +24,20 @@ use std::time::Duration;
 /// How often RMID upkeep runs (CPU rates, retries, budget).
 const MAINTAIN_EVERY: Duration = Duration::from_millis(500);
 
-fn unavailable(e: impl std::fmt::Display) -> CliError {
-    CliError::Unavailable(anyhow!("{e}"))
-}
-
-fn input(e: impl std::fmt::Display) -> CliError {
-    CliError::Input(anyhow!("{e}"))
-}
-
-/// Containers known from the cgroup watcher: id → (cgroup path, display name).
+/// Containers known from the cgroup watcher: id → cgroup path.
 struct HostContainers {
     root: PathBuf,
-    v2: bool,
-    by_id: BTreeMap<String, (String, String)>,
+    by_id: BTreeMap<String, String>,
 }
 
 impl Containers for HostContainers {
     fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
-        let Some((rel, _)) = self.by_id.get(id) else { return Ok(Vec::new()) };
-        threads(&self.root, rel, self.v2).map_err(std::io::Error::other)
+        let Some(rel) = self.by_id.get(id) else { return Ok(Vec::new()) };
+        threads(&self.root, rel, true).map_err(std::io::Error::other)
     }
 
     fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
-        let (rel, _) = self.by_id.get(id)?;
+        let rel = self.by_id.get(id)?;
         cpu_usage_usec(&self.root.join(rel))
     }
 
@@ -66,7 +57,8 @@ struct Play {
 
 impl Play {
     fn new(h: &Hierarchy, scenario: &Scenario) -> Result<Play, CliError> {
-        let sandbox = Sandbox::create(h, &format!("cachescope-emu-{}", std::process::id())).map_err(unavailable)?;
+        let sandbox =
+            Sandbox::create(h, &format!("cachescope-emu-{}", std::process::id())).map_err(CliError::unavailable)?;
         let pending = scenario
             .containers
             .iter()
@@ -86,7 +78,7 @@ impl Play {
             let (_, stop, name) = self.pending.remove(i);
             let mut idle = Command::new("sleep");
             idle.arg("infinity");
-            self.sandbox.spawn(&name, idle).map_err(unavailable)?;
+            self.sandbox.spawn(&name, idle).map_err(CliError::unavailable)?;
             self.running.insert(name, stop);
         }
         let ended: Vec<String> =
@@ -112,7 +104,20 @@ struct Pmu {
 impl Pmu {
     fn start(interval: Duration) -> Pmu {
         let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
-        let cpus: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        // Every online CPU: available_parallelism would stop at our own affinity or quota.
+        let cpus: Vec<usize> = match Topology::read(Path::new("/sys")) {
+            Ok(t) => t.online_cpus().map(|c| c as usize).collect(),
+            Err(e) => {
+                eprintln!("cachescope: PMU attribution off: {e}");
+                return Pmu {
+                    attr: None,
+                    unit,
+                    names: BTreeMap::new(),
+                    sums: BTreeMap::new(),
+                    slots: Default::default(),
+                };
+            }
+        };
         let per_drain = (interval.as_millis() as u32).max(1);
         let attr = match Attribution::start(&[ev], &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
             Ok(a) => Some(a),
@@ -165,71 +170,71 @@ impl Pmu {
 pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
     let interval = args.interval.unwrap_or(Duration::from_millis(100));
     if interval < Duration::from_millis(1) {
-        return Err(input(format!(
+        return Err(CliError::input(format!(
             "--interval {interval:?} is shorter than resctrl can sustain (each read is a syscall that takes the kernel's global mutex): use 1ms or more"
         )));
     }
     if args.fast {
-        return Err(input(
+        return Err(CliError::input(
             "--fast is not available with the resctrl backend: the emulated filesystem follows the wall clock",
         ));
     }
     if args.cores.is_some() {
-        return Err(input("--cores is for the msr backend; resctrl monitors containers"));
+        return Err(CliError::input("--cores is for the msr backend; resctrl monitors containers"));
     }
-    let h = Hierarchy::find(Path::new("/proc")).map_err(unavailable)?;
+    let h = Hierarchy::find(Path::new("/proc")).map_err(CliError::unavailable)?;
     if !h.v2 {
-        return Err(unavailable(format!(
+        return Err(CliError::unavailable(format!(
             "the resctrl backend needs cgroup v2 to follow containers; found {}",
             h.description
         )));
     }
     let mut globs = Vec::new();
-    for g in &args.containers {
-        globs.push(Glob::new(g).map_err(|e| input(format!("--containers {g:?}: {e}")))?);
+    // `auto` (the default) is the runtimes recognised by name: no extra globs.
+    for g in args.containers.iter().filter(|g| *g != "auto") {
+        globs.push(Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}")))?);
     }
     let mut play = None;
     let mut label = "resctrl".to_string();
     let mut l3_bytes = None;
-    // The emulated mount must outlive the session; declared before it so it drops after.
-    let mounted;
+    // The emulated mount, held to the end of this function (dropping it unmounts); declared
+    // before the session so it drops after it.
+    let _mount: Option<Mounted>;
     let rc = if emulate {
         let path = args.scenario.as_ref().ok_or_else(|| {
-            input("--backend resctrl --emulate needs --scenario FILE (driving the emulated cache from this host's real containers comes with the engine)")
+            CliError::input("--backend resctrl --emulate needs --scenario FILE (driving the emulated cache from this host's real containers comes with the engine)")
         })?;
-        let scenario = Scenario::load(path).map_err(input)?;
+        let scenario = Scenario::load(path).map_err(CliError::input)?;
         let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
-        let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(input)?);
+        let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
         l3_bytes = Some(platform.l3_bytes());
         let p = Play::new(&h, &scenario)?;
         let prefix = format!("{}/", p.rel_prefix());
-        globs = vec![Glob::new(&format!("{}*", prefix)).map_err(input)?];
+        globs = vec![Glob::new(&format!("{}*", prefix)).map_err(CliError::input)?];
         let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
-        mounted = Some(
-            Mounted::start(platform, Options::default(), proc_resolver("/proc".into(), workload))
-                .map_err(unavailable)?,
-        );
+        let m = Mounted::start(platform, Options::default(), proc_resolver("/proc".into(), workload))
+            .map_err(CliError::unavailable)?;
+        let root = m.root().to_path_buf();
+        _mount = Some(m);
         play = Some(p);
-        let root = mounted.as_ref().map(|m| m.root().to_path_buf()).unwrap_or_default();
         label = format!("resctrl (emulated {model}, FUSE at {})", root.display());
         Resctrl::at(root)
     } else {
-        mounted = None;
+        _mount = None;
         match Resctrl::find(Path::new("/proc")) {
             Ok(rc) => rc,
             Err(_) if args.mount_resctrl => Resctrl::mount(Path::new("/sys/fs/resctrl"))
-                .map_err(|e| unavailable(format!("--mount-resctrl: {e}")))?,
-            Err(e) => return Err(unavailable(e)),
+                .map_err(|e| CliError::unavailable(format!("--mount-resctrl: {e}")))?,
+            Err(e) => return Err(CliError::unavailable(e)),
         }
     };
-    let _keep = &mounted;
-    let mut session = ContainerGroups::new(rc.clone()).map_err(unavailable)?;
+    let mut session = ContainerGroups::new(rc.clone()).map_err(CliError::unavailable)?;
     let sandbox_rel = play.as_ref().map(|p| p.rel_prefix());
-    let mut src = HostContainers { root: h.root.clone(), v2: true, by_id: BTreeMap::new() };
+    let mut src = HostContainers { root: h.root.clone(), by_id: BTreeMap::new() };
     if let Some(p) = play.as_mut() {
         p.step(Duration::ZERO)?;
     }
-    let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(unavailable)?;
+    let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(CliError::unavailable)?;
     let mut clock = Clock::new(interval, args.duration, false)?;
     let mut printer = Printer::new();
     let mut last_maintain = Duration::ZERO;
@@ -250,15 +255,14 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
                 };
                 match ev.kind {
                     Lifecycle::Started => {
-                        let name = c.name.clone().unwrap_or_else(|| id.clone());
                         if let Some(cg) = c.cgroup_id {
                             pmu.names.insert(cg, id.clone());
                         }
-                        src.by_id.insert(id.clone(), (c.cgroup_path.clone(), name));
+                        src.by_id.insert(id.clone(), c.cgroup_path.clone());
                         started.push(id);
                     }
                     Lifecycle::Stopped => {
-                        session.stop(&id).map_err(unavailable)?;
+                        session.stop(&id).map_err(CliError::unavailable)?;
                         src.by_id.remove(&id);
                         pmu.names.retain(|_, v| *v != id);
                         printer.rows.retain(|(n, _), _| *n != id);
@@ -267,20 +271,20 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
             }
             if first {
                 first = false;
-                let (adopted, removed) = session.adopt_leftovers(&started, &src, t).map_err(unavailable)?;
+                let (adopted, removed) = session.adopt_leftovers(&started, &src, t).map_err(CliError::unavailable)?;
                 if adopted + removed > 0 {
                     eprintln!("cachescope: groups left by an earlier run: {adopted} adopted, {removed} removed");
                 }
             }
             for id in started {
-                session.start(&id, &src, t).map_err(unavailable)?;
+                session.start(&id, &src, t).map_err(CliError::unavailable)?;
             }
             for s in session.sample() {
-                let rmid = None;
+                // resctrl does not say which RMID a group holds (only the debug mount does).
                 printer.add(
                     &s.container,
                     s.domain,
-                    rmid,
+                    None,
                     s.status,
                     s.occupancy_bytes,
                     s.mbm_total_bytes,
@@ -292,7 +296,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
             printer.late.push(late);
             if t.saturating_sub(last_maintain) >= MAINTAIN_EVERY {
                 last_maintain = t;
-                session.maintain(&src, t).map_err(unavailable)?;
+                session.maintain(&src, t).map_err(CliError::unavailable)?;
             }
             if t - printer.period_start >= args.print_every {
                 let st = session.stats();
@@ -316,7 +320,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
         }
         Ok(())
     })();
-    let cleanup = session.stop_all().map_err(unavailable);
+    let cleanup = session.stop_all().map_err(CliError::unavailable);
     let _ = watcher.stop();
     drop(play);
     result.and(cleanup)
