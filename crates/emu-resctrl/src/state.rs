@@ -367,15 +367,13 @@ impl State {
     /// Contents of a file.
     pub fn read_file(&mut self, ino: Ino) -> Result<String, i32> {
         let (_, kind) = *self.nodes.get(&ino).ok_or(libc::ENOENT)?;
-        let l3 = self.platform.l3().clone();
-        let all_cpus: Vec<u32> = self.platform.domains().into_iter().flat_map(|d| d.1).collect();
         let per_dom = |v: Vec<u32>| -> String {
             let parts: Vec<String> = self.domain_ids.iter().zip(v).map(|(d, n)| format!("{d}={n}")).collect();
             parts.join(";") + "\n"
         };
         Ok(match kind {
             Kind::LastCmdStatus => format!("{}\n", self.last_cmd),
-            Kind::NumRmids => format!("{}\n", l3.max_rmid + 1),
+            Kind::NumRmids => format!("{}\n", self.platform.l3().max_rmid + 1),
             Kind::MonFeatures => self.events.iter().map(|e| format!("{}\n", e.name())).collect(),
             Kind::Threshold => format!("{}\n", self.threshold),
             Kind::AssignMode => "[mbm_event]\ndefault\n".into(),
@@ -389,7 +387,11 @@ impl State {
             }
             Kind::Cpus(gid) | Kind::CpusList(gid) => {
                 // Every CPU belongs to the default group: no group here has been given CPUs.
-                let cpus: Vec<u32> = if gid == DEFAULT_GROUP { all_cpus } else { Vec::new() };
+                let cpus: Vec<u32> = if gid == DEFAULT_GROUP {
+                    self.platform.domains().into_iter().flat_map(|d| d.1).collect()
+                } else {
+                    Vec::new()
+                };
                 if matches!(kind, Kind::CpusList(_)) {
                     format!("{}\n", cpulist::format(&cpus))
                 } else {
@@ -399,11 +401,13 @@ impl State {
             }
             Kind::Mon { gid, dom, sub, event } => {
                 self.reads += 1;
-                let name = self.groups.get(&gid).map(|g| g.path.clone()).ok_or(libc::ENOENT)?;
-                if let Some(f) = self.faults.get(&(name, self.domain_ids[dom])) {
-                    return Ok(if *f == Fault::Error { "Error\n" } else { "Unavailable\n" }.into());
+                let g = self.groups.get(&gid).ok_or(libc::ENOENT)?;
+                // Injected faults are rare: skip building the lookup key on the common path.
+                if !self.faults.is_empty() {
+                    if let Some(f) = self.faults.get(&(g.path.clone(), self.domain_ids[dom])) {
+                        return Ok(if *f == Fault::Error { "Error\n" } else { "Unavailable\n" }.into());
+                    }
                 }
-                let g = &self.groups[&gid];
                 if event != Event::L3Occupancy && !g.counters {
                     return Ok("Unassigned\n".into());
                 }
@@ -426,7 +430,7 @@ impl State {
                                 share(u128::from(j) + 1) - share(u128::from(j))
                             }
                         };
-                        format!("{}\n", u * u64::from(l3.upscale_factor))
+                        format!("{}\n", u * u64::from(self.platform.l3().upscale_factor))
                     }
                     Err(QmCtr::Unavailable) => "Unavailable\n".into(),
                     Err(_) => "Error\n".into(),
@@ -434,6 +438,11 @@ impl State {
             }
             _ => return Err(libc::EISDIR),
         })
+    }
+
+    /// Assignable counters a group needs in each domain: one per MBM event offered.
+    fn mbm_counters_per_group(&self) -> u32 {
+        self.events.iter().filter(|e| **e != Event::L3Occupancy).count() as u32
     }
 
     fn fail(&mut self, errno: i32, msg: String) -> Result<(), i32> {
@@ -529,7 +538,7 @@ impl State {
             Err(e) => return self.fail(errno_of(&e), format!("Out of RMIDs: {e}")).map(|_| 0),
         };
         self.next_gid += 1;
-        let need = [Event::MbmTotal, Event::MbmLocal].iter().filter(|e| self.events.contains(e)).count() as u32;
+        let need = self.mbm_counters_per_group();
         let counters = match self.opts.mbm_counters {
             None => true,
             Some(_) if self.counters_free.iter().all(|f| *f >= need) => {
@@ -556,9 +565,8 @@ impl State {
     /// RMID to limbo.
     pub fn rmdir(&mut self, parent: Ino, name: &str) -> Result<(), i32> {
         self.last_cmd = "ok".into();
-        let (ino, kind) = self.lookup(parent, name).ok_or(libc::ENOENT)?;
+        let (_, kind) = self.lookup(parent, name).ok_or(libc::ENOENT)?;
         let Kind::Group(gid) = kind else { return Err(libc::EPERM) };
-        let _ = ino;
         let mut doomed = vec![gid];
         if self.groups.get(&gid).is_some_and(|g| g.ctrl == gid) {
             doomed.extend(self.groups.iter().filter(|(k, g)| g.ctrl == gid && **k != gid).map(|(k, _)| *k));
@@ -581,7 +589,7 @@ impl State {
             }
             self.alloc.free(d, now);
             if self.opts.mbm_counters.is_some() && g.counters {
-                let need = [Event::MbmTotal, Event::MbmLocal].iter().filter(|e| self.events.contains(e)).count() as u32;
+                let need = self.mbm_counters_per_group();
                 self.counters_free.iter_mut().for_each(|f| *f += need);
             }
             self.faults.retain(|(p, _), _| *p != g.path);
