@@ -76,7 +76,11 @@ fn main() {
         eprintln!("bpf_bench: needs root (BPF, cgroups)");
         std::process::exit(3);
     }
-    let cpus: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    let cpus: Vec<usize> = cachescope_platform::Topology::read(std::path::Path::new("/sys"))
+        .unwrap()
+        .online_cpus()
+        .map(|c| c as usize)
+        .collect();
     let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
     println!("bpf_bench: {} CPUs, event {unit}, 1 ms slots", cpus.len());
 

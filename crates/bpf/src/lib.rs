@@ -117,13 +117,6 @@ pub fn capacity_for(cgroups: usize, drain_every: u32) -> u32 {
 /// Keys per batch syscall.
 const BATCH: usize = 256;
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 impl Attribution {
     /// Load and attach: count `events` on every CPU in `cpus`, slots of `slot` length, with
     /// room for `capacity` (slot, cgroup) pairs between drains. A drain walks every bucket of
@@ -213,7 +206,7 @@ impl Attribution {
 
     /// The slot CLOCK_MONOTONIC is in now.
     pub fn current_slot(&self) -> u64 {
-        monotonic_ns() / self.slot_ns
+        cachescope_platform::clock::monotonic().as_nanos() as u64 / self.slot_ns
     }
 
     /// Move everything accumulated in the kernel into our table (batched lookup-and-delete),

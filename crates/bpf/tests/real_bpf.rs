@@ -41,7 +41,11 @@ const CAP_CGROUPS: usize = 64;
 const CAP_DRAIN: u32 = 32;
 
 fn cpus() -> Vec<usize> {
-    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+    cachescope_platform::Topology::read(std::path::Path::new("/sys"))
+        .unwrap()
+        .online_cpus()
+        .map(|c| c as usize)
+        .collect()
 }
 
 fn cmd(args: &[&str]) -> Command {

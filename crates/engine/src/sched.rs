@@ -3,6 +3,7 @@
 //! late the tick was handled and how many ticks were missed (the timerfd's expiration count
 //! beyond one); [`Lateness`] keeps the distribution.
 
+use cachescope_platform::clock::monotonic;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -31,17 +32,6 @@ pub struct Tick {
     pub missed: u64,
 }
 
-fn now_mono() -> libc::timespec {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts
-}
-
-fn to_dur(ts: libc::timespec) -> Duration {
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 fn to_ts(d: Duration) -> libc::timespec {
     libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long }
 }
@@ -68,7 +58,7 @@ impl Ticker {
         }
         // SAFETY: raw is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let start = to_dur(now_mono());
+        let start = monotonic();
         let spec = libc::itimerspec { it_interval: to_ts(interval), it_value: to_ts(start + interval) };
         // SAFETY: fd is a timerfd; spec is a valid itimerspec; the old value is not wanted.
         let rc = unsafe { libc::timerfd_settime(fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
@@ -84,7 +74,7 @@ impl Ticker {
 
     /// Time since the ticker started.
     pub fn elapsed(&self) -> Duration {
-        to_dur(now_mono()).saturating_sub(self.start)
+        monotonic().saturating_sub(self.start)
     }
 
     /// Block until the next deadline.

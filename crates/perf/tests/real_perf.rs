@@ -44,7 +44,11 @@ fn idle() -> Command {
 }
 
 fn cpus() -> Vec<usize> {
-    (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+    cachescope_platform::Topology::read(std::path::Path::new("/sys"))
+        .unwrap()
+        .online_cpus()
+        .map(|c| c as usize)
+        .collect()
 }
 
 #[test]

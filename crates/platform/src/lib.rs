@@ -2,6 +2,7 @@
 //! CPUID sources (the instruction, `/dev/cpu/N/cpuid`, recorded vector files), CPU and L3
 //! topology from sysfs, and the mount table.
 
+pub mod clock;
 pub mod cpuid;
 pub mod fsutil;
 pub mod mountinfo;
