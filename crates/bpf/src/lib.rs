@@ -55,6 +55,9 @@ pub struct SlotRow {
     pub slot: u64,
     /// cgroup v2 id (the directory's inode), or [`IDLE`].
     pub cgroup_id: u64,
+    /// The group of the CPUs that counted (the L3 domain, see [`Attribution::group_cpus`]; 0
+    /// until set).
+    pub domain: u32,
     /// Counts per event, in the order given to [`Attribution::start`].
     pub values: Vec<u64>,
     /// Context switches away from this cgroup in the slot.
@@ -99,7 +102,9 @@ pub struct Attribution {
     _links: Vec<Link>,
     _counters: Vec<perf_event::Counter>,
     _ticks: Vec<perf_event::Counter>,
-    pending: BTreeMap<(u64, u64), SlotRow>,
+    pending: BTreeMap<(u64, u64, u32), SlotRow>,
+    /// CPU index → domain.
+    cpu_domain: Vec<u32>,
     cpu_totals: Vec<u64>,
     /// Batch buffers, kept between drains (a drain runs up to every slot).
     keys: Vec<Key>,
@@ -194,6 +199,7 @@ impl Attribution {
             _counters: counters,
             _ticks: ticks,
             pending: BTreeMap::new(),
+            cpu_domain: Vec::new(),
             cpu_totals: vec![0; ncpus as usize],
             keys: vec![Key::default(); BATCH],
             vals: vec![0u8; BATCH * ncpus as usize * VAL_SIZE],
@@ -215,7 +221,7 @@ impl Attribution {
     pub fn drain(&mut self) -> Result<Vec<SlotRow>, BpfError> {
         self.collect()?;
         let complete_below = self.current_slot().saturating_sub(1);
-        let later = self.pending.split_off(&(complete_below, 0));
+        let later = self.pending.split_off(&(complete_below, 0, 0));
         let done = std::mem::replace(&mut self.pending, later);
         Ok(done.into_values().collect())
     }
@@ -224,6 +230,12 @@ impl Attribution {
     pub fn drain_all(&mut self) -> Result<Vec<SlotRow>, BpfError> {
         self.collect()?;
         Ok(std::mem::take(&mut self.pending).into_values().collect())
+    }
+
+    /// Split rows by group of CPUs: `domain_of[cpu]` is the group (the L3 domain) CPU `cpu`
+    /// counts for; CPUs beyond the slice count for group 0.
+    pub fn group_cpus(&mut self, domain_of: Vec<u32>) {
+        self.cpu_domain = domain_of;
     }
 
     /// Counts of the first event charged on each CPU (all cgroups and idle) since start, as
@@ -259,13 +271,6 @@ impl Attribution {
             };
             let errno = if rc < 0 { std::io::Error::last_os_error().raw_os_error() } else { None };
             for (i, k) in keys.iter().take(count as usize).copied().enumerate() {
-                let row = self.pending.entry((k.slot, k.cgid)).or_insert_with(|| SlotRow {
-                    slot: k.slot,
-                    cgroup_id: k.cgid,
-                    values: vec![0; self.nev],
-                    switches: 0,
-                    multiplexed: 0,
-                });
                 for cpu in 0..self.ncpus {
                     let base = (i * self.ncpus + cpu) * VAL_SIZE;
                     let w = |j: usize| {
@@ -273,6 +278,18 @@ impl Attribution {
                         b.copy_from_slice(&vals[base + j * 8..base + j * 8 + 8]);
                         u64::from_ne_bytes(b)
                     };
+                    if (0..6).all(|j| w(j) == 0) {
+                        continue;
+                    }
+                    let domain = self.cpu_domain.get(cpu).copied().unwrap_or(0);
+                    let row = self.pending.entry((k.slot, k.cgid, domain)).or_insert_with(|| SlotRow {
+                        slot: k.slot,
+                        cgroup_id: k.cgid,
+                        domain,
+                        values: vec![0; self.nev],
+                        switches: 0,
+                        multiplexed: 0,
+                    });
                     for (e, v) in row.values.iter_mut().enumerate() {
                         *v += w(e);
                     }

@@ -16,8 +16,8 @@ mod session;
 
 use cachescope_hw::cpuid::L3Monitoring;
 use cachescope_hw::msr::{
-    max_safe_interval, wrapping_delta, Event, EvtSel, MsrDevice, MsrError, QmCtr, RegisterError, IA32_QM_CTR,
-    IA32_QM_EVTSEL,
+    cumulative_delta, max_safe_interval, Cumulative, Event, EvtSel, MsrDevice, MsrError, QmCtr, RegisterError,
+    IA32_QM_CTR, IA32_QM_EVTSEL,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,10 +251,12 @@ impl MbmTracker {
             return None;
         };
         let prev = self.last.insert(key, (count, at));
-        prev.map(|(p, t)| {
-            let counts = wrapping_delta(p, count, self.width);
-            MbmDelta { counts, bytes: counts * self.upscale, gap_exceeded: at.saturating_sub(t) > self.max_interval }
-        })
+        // One derivation for every backend: an RMID's chain is broken by forget_rmid, so the
+        // generation is constant here.
+        let cum = |value| Cumulative { generation: 0, value };
+        let (p, t) = prev?;
+        let counts = cumulative_delta(Some(cum(p)), cum(count), self.width)?;
+        Some(MbmDelta { counts, bytes: counts * self.upscale, gap_exceeded: at.saturating_sub(t) > self.max_interval })
     }
 
     /// Forget a counter's history (its RMID changed owner).

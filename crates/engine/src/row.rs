@@ -1,0 +1,97 @@
+//! The sample row of DESIGN.md §5.3: one (interval, container, L3 domain). Every backend
+//! produces these and every sink consumes them.
+
+use std::sync::Arc;
+
+/// Who a row is about. Shared by all of a container's rows (cheap to clone).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerMeta {
+    /// Runtime id, or the cgroup path where there is none; scenario containers use their name.
+    pub id: String,
+    pub name: Option<String>,
+    pub pod_name: Option<String>,
+    pub pod_namespace: Option<String>,
+    pub pod_uid: Option<String>,
+    /// Relative to the cgroup v2 root (empty for scenario containers and core groups).
+    pub cgroup_path: String,
+}
+
+impl ContainerMeta {
+    /// A container known only by a name (scenario containers, core groups).
+    pub fn named(name: &str) -> Arc<ContainerMeta> {
+        Arc::new(ContainerMeta { id: name.into(), name: Some(name.into()), ..Default::default() })
+    }
+
+    /// The best label for people: the name when known, else the id.
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.id)
+    }
+}
+
+/// What stands behind a row's cache values. Absence is a value, never a silent 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Unavailable,
+    Error,
+    Unassigned,
+    NoRmid,
+    Unsupported,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] =
+        [Status::Ok, Status::Unavailable, Status::Error, Status::Unassigned, Status::NoRmid, Status::Unsupported];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Unavailable => "unavailable",
+            Status::Error => "error",
+            Status::Unassigned => "unassigned",
+            Status::NoRmid => "no_rmid",
+            Status::Unsupported => "unsupported",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// PMU counts of one container over one interval; `None` where the event is not counted here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pmu {
+    pub cycles: Option<u64>,
+    pub instructions: Option<u64>,
+    pub llc_references: Option<u64>,
+    pub llc_misses: Option<u64>,
+}
+
+impl Pmu {
+    pub fn values(&self) -> [Option<u64>; 4] {
+        [self.cycles, self.instructions, self.llc_references, self.llc_misses]
+    }
+
+    pub fn from_values(v: [Option<u64>; 4]) -> Pmu {
+        Pmu { cycles: v[0], instructions: v[1], llc_references: v[2], llc_misses: v[3] }
+    }
+}
+
+/// One row of §5.3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// End of the interval, CLOCK_REALTIME ns.
+    pub time_ns: i64,
+    /// Length of the interval actually measured.
+    pub interval_ns: i64,
+    pub container: Arc<ContainerMeta>,
+    pub domain: u32,
+    pub rmid: Option<u32>,
+    pub llc_occupancy_bytes: Option<u64>,
+    /// Bytes during the interval.
+    pub mbm_total_bytes: Option<u64>,
+    pub mbm_local_bytes: Option<u64>,
+    pub pmu: Pmu,
+    pub status: Status,
+}

@@ -1,0 +1,18 @@
+//! Where rows go: Parquet files ([`parquet`], DESIGN.md §5.3), Prometheus text ([`prom`],
+//! §5.4), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
+//! ([`report`]).
+
+pub mod jsonl;
+pub mod parquet;
+pub mod prom;
+pub mod report;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
+    #[error("{0}")]
+    Parquet(String),
+    #[error("encoding rows: {0}")]
+    Encode(String),
+}

@@ -1,0 +1,576 @@
+//! Parquet files per DESIGN.md §5.3.
+//!
+//! Life of a file: it is written as `NAME.parquet.partial`; every flush (at most
+//! `flush_every`, 5 s by default) closes a row group, and then a checkpoint footer for the row
+//! groups so far is written beside it (`NAME.parquet.partial.footer`: the data length, then a
+//! complete Parquet footer). At rotation (size or age) or on shutdown the real footer is
+//! written and the file renamed to `NAME.parquet`. After a crash, [`recover_dir`] truncates a
+//! partial file to its last checkpoint and appends the checkpoint footer, so a crash loses at
+//! most one flush interval.
+//!
+//! Write failures (disk full, directory gone) do not lose accepted rows: the batch that could
+//! not be written stays in memory (up to `max_pending_bytes`, oldest dropped and counted beyond
+//! that), the broken file is cut back to its last good row group and closed, and writing is
+//! retried on a new file at the next flush.
+
+use crate::SinkError;
+use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use cachescope_engine::row::Row;
+use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const SCHEMA_VERSION: &str = "1";
+const PARTIAL: &str = ".parquet.partial";
+const FOOTER: &str = ".parquet.partial.footer";
+
+/// The §5.3 schema, column for column.
+pub fn schema() -> SchemaRef {
+    let i64n = |n: &str| Field::new(n, DataType::Int64, true);
+    let strn = |n: &str| Field::new(n, DataType::Utf8, true);
+    Arc::new(Schema::new(vec![
+        Field::new("time_ns", DataType::Int64, false),
+        Field::new("interval_ns", DataType::Int64, false),
+        Field::new("host", DataType::Utf8, false),
+        Field::new("container_id", DataType::Utf8, false),
+        strn("container_name"),
+        strn("pod_name"),
+        strn("pod_namespace"),
+        strn("pod_uid"),
+        Field::new("cgroup_path", DataType::Utf8, false),
+        Field::new("domain", DataType::Int32, false),
+        Field::new("rmid", DataType::Int32, true),
+        i64n("llc_occupancy_bytes"),
+        i64n("mbm_total_bytes"),
+        i64n("mbm_local_bytes"),
+        i64n("cycles"),
+        i64n("instructions"),
+        i64n("llc_references"),
+        i64n("llc_misses"),
+        Field::new("status", DataType::Utf8, false),
+    ]))
+}
+
+fn i64v(v: Option<u64>) -> Option<i64> {
+    v.map(|x| i64::try_from(x).unwrap_or(i64::MAX))
+}
+
+/// Rows to one Arrow batch of [`schema`].
+pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBatch, SinkError> {
+    let n = rows.len();
+    let mut time = Int64Builder::with_capacity(n);
+    let mut interval = Int64Builder::with_capacity(n);
+    let mut hosts = StringBuilder::with_capacity(n, n * host.len());
+    let mut strs: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::with_capacity(n, n * 16)).collect();
+    let mut domain = Int32Builder::with_capacity(n);
+    let mut rmid = Int32Builder::with_capacity(n);
+    let mut vals: Vec<Int64Builder> = (0..7).map(|_| Int64Builder::with_capacity(n)).collect();
+    let mut status = StringBuilder::with_capacity(n, n * 2);
+    for r in rows {
+        time.append_value(r.time_ns);
+        interval.append_value(r.interval_ns);
+        hosts.append_value(host);
+        let c = &r.container;
+        strs[0].append_value(&c.id);
+        strs[1].append_option(c.name.as_deref());
+        strs[2].append_option(c.pod_name.as_deref());
+        strs[3].append_option(c.pod_namespace.as_deref());
+        strs[4].append_option(c.pod_uid.as_deref());
+        strs[5].append_value(&c.cgroup_path);
+        domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));
+        rmid.append_option(r.rmid.map(|x| i32::try_from(x).unwrap_or(i32::MAX)));
+        let v = [r.llc_occupancy_bytes, r.mbm_total_bytes, r.mbm_local_bytes];
+        for (b, x) in vals.iter_mut().zip(v.into_iter().chain(r.pmu.values())) {
+            b.append_option(i64v(x));
+        }
+        status.append_value(r.status.as_str());
+    }
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(time.finish()), Arc::new(interval.finish()), Arc::new(hosts.finish())];
+    for s in strs.iter_mut() {
+        cols.push(Arc::new(s.finish()));
+    }
+    cols.push(Arc::new(domain.finish()));
+    cols.push(Arc::new(rmid.finish()));
+    for v in vals.iter_mut() {
+        cols.push(Arc::new(v.finish()));
+    }
+    cols.push(Arc::new(status.finish()));
+    RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub dir: PathBuf,
+    pub host: String,
+    /// Written into the file metadata, e.g. `cachescope.backend`.
+    pub metadata: Vec<(String, String)>,
+    pub flush_every: Duration,
+    pub rotate_every: Duration,
+    pub rotate_bytes: u64,
+    /// Rows kept in memory while the disk refuses them, in estimated bytes.
+    pub max_pending_bytes: usize,
+}
+
+impl Options {
+    pub fn new(dir: PathBuf, host: String) -> Options {
+        Options {
+            dir,
+            host,
+            metadata: Vec::new(),
+            flush_every: Duration::from_secs(5),
+            rotate_every: Duration::from_secs(600),
+            rotate_bytes: 256 << 20,
+            max_pending_bytes: 256 << 20,
+        }
+    }
+}
+
+/// What the writer did, shared with whoever shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rows_accepted: u64,
+    pub rows_written: u64,
+    pub rows_dropped: u64,
+    pub row_groups: u64,
+    pub files_closed: u64,
+    pub bytes_closed: u64,
+    pub write_errors: u64,
+    /// The last write error, until a write succeeds again.
+    pub failing: Option<String>,
+    /// Rows waiting in memory.
+    pub rows_pending: u64,
+}
+
+struct Open {
+    writer: ArrowWriter<File>,
+    partial: PathBuf,
+    opened: Instant,
+    /// Bytes of the file that hold complete row groups.
+    good_len: u64,
+}
+
+pub struct ParquetSink {
+    opts: Options,
+    schema: SchemaRef,
+    props: WriterProperties,
+    /// Accepted rows not yet written, oldest first.
+    pending: VecDeque<RecordBatch>,
+    pending_bytes: usize,
+    buffer: Vec<Row>,
+    file: Option<Open>,
+    /// Abandoned partial files whose recovery has not succeeded yet.
+    unrecovered: Vec<PathBuf>,
+    seq: u64,
+    last_flush: Instant,
+    stats: Arc<Mutex<Stats>>,
+}
+
+/// YYYYmmddTHHMMSS from seconds since the epoch (UTC), for file names that sort by time.
+fn utc_stamp(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SinkError {
+    let what = what.into();
+    move |error| SinkError::Io { what, error }
+}
+
+fn pq(what: impl Into<String>) -> impl FnOnce(parquet::errors::ParquetError) -> SinkError {
+    let what = what.into();
+    move |e| SinkError::Parquet(format!("{}: {e}", what))
+}
+
+impl ParquetSink {
+    /// Check that `dir` can take files (created if missing), recover files a crash left, and
+    /// get ready. A directory that cannot be written is an error here, before any sampling.
+    pub fn new(opts: Options) -> Result<ParquetSink, SinkError> {
+        fs::create_dir_all(&opts.dir).map_err(io(format!("creating {}", opts.dir.display())))?;
+        let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
+        File::create(&probe).map_err(io(format!("{} is not writable", opts.dir.display())))?;
+        let _ = fs::remove_file(&probe);
+        recover_dir(&opts.dir)?;
+        let schema = schema();
+        let mut kv = vec![KeyValue::new("cachescope.schema_version".into(), SCHEMA_VERSION.to_string())];
+        kv.extend(opts.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(pq("zstd level"))?))
+            .set_statistics_enabled(EnabledStatistics::Chunk)
+            .set_max_row_group_size(usize::MAX)
+            .set_created_by(format!("cachescope {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata(Some(kv));
+        // Times grow by a near-constant step: delta encoding, not a dictionary.
+        for c in ["time_ns", "interval_ns"] {
+            props = props
+                .set_column_dictionary_enabled(ColumnPath::from(c), false)
+                .set_column_encoding(ColumnPath::from(c), Encoding::DELTA_BINARY_PACKED);
+        }
+        let mut props = props.build();
+        add_encoded_arrow_schema_to_metadata(&schema, &mut props);
+        Ok(ParquetSink {
+            opts,
+            schema,
+            props,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            buffer: Vec::new(),
+            file: None,
+            unrecovered: Vec::new(),
+            seq: 0,
+            last_flush: Instant::now(),
+            stats: Arc::new(Mutex::new(Stats::default())),
+        })
+    }
+
+    pub fn stats(&self) -> Arc<Mutex<Stats>> {
+        self.stats.clone()
+    }
+
+    fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Accept rows (already thinned by the caller); they are written at the next flush.
+    pub fn push(&mut self, rows: Vec<Row>) {
+        let n = rows.len() as u64;
+        self.buffer.extend(rows);
+        self.with_stats(|s| s.rows_accepted += n);
+    }
+
+    /// Flush when due; rotate when due. Errors are kept in the stats (and returned) but the
+    /// sink stays usable.
+    pub fn poll(&mut self, now: Instant) -> Result<(), SinkError> {
+        if now.duration_since(self.last_flush) >= self.opts.flush_every {
+            self.flush(now)?;
+        }
+        Ok(())
+    }
+
+    /// Write everything accepted so far as a row group (and rotate if due).
+    pub fn flush(&mut self, now: Instant) -> Result<(), SinkError> {
+        self.last_flush = now;
+        if !self.buffer.is_empty() {
+            let rows = std::mem::take(&mut self.buffer);
+            let batch = to_batch(&self.schema, &self.opts.host, &rows)?;
+            self.pending_bytes += batch.get_array_memory_size();
+            self.pending.push_back(batch);
+            self.bound_pending();
+        }
+        let r = self.write_pending(now);
+        let pending_rows: usize = self.pending.iter().map(|b| b.num_rows()).sum();
+        match &r {
+            Ok(()) => self.with_stats(|s| {
+                s.failing = None;
+                s.rows_pending = pending_rows as u64;
+            }),
+            Err(e) => {
+                let msg = e.to_string();
+                self.with_stats(|s| {
+                    s.write_errors += 1;
+                    s.failing = Some(msg);
+                    s.rows_pending = pending_rows as u64;
+                })
+            }
+        }
+        r
+    }
+
+    fn bound_pending(&mut self) {
+        while self.pending_bytes > self.opts.max_pending_bytes && self.pending.len() > 1 {
+            if let Some(b) = self.pending.pop_front() {
+                self.pending_bytes -= b.get_array_memory_size();
+                let n = b.num_rows() as u64;
+                self.with_stats(|s| s.rows_dropped += n);
+            }
+        }
+    }
+
+    fn write_pending(&mut self, now: Instant) -> Result<(), SinkError> {
+        self.retry_recovery();
+        while !self.pending.is_empty() {
+            if self.file.is_none() {
+                self.open()?;
+            }
+            let (Some(f), Some(batch)) = (self.file.as_mut(), self.pending.front()) else { break };
+            let n = batch.num_rows() as u64;
+            let written = f
+                .writer
+                .write(batch)
+                .and_then(|_| f.writer.flush())
+                .map_err(pq(format!("writing {}", f.partial.display())))
+                .and_then(|_| f.writer.sync().map_err(io(format!("writing {}", f.partial.display()))));
+            if let Err(e) = written {
+                self.abandon();
+                return Err(e);
+            }
+            f.good_len = f.writer.bytes_written() as u64;
+            // The batch leaves memory only once a crash could not lose it: after a fresh
+            // checkpoint, or else after the file is closed with its real footer. If both fail,
+            // the file falls back to the previous checkpoint and the batch stays pending.
+            if self.checkpoint().is_err() {
+                self.close_file()?;
+            }
+            let size = self.pending_bytes;
+            if let Some(b) = self.pending.pop_front() {
+                self.pending_bytes = size.saturating_sub(b.get_array_memory_size());
+            }
+            self.with_stats(|s| {
+                s.rows_written += n;
+                s.row_groups += 1;
+            });
+        }
+        let due = self.file.as_ref().is_some_and(|f| {
+            now.duration_since(f.opened) >= self.opts.rotate_every || f.good_len >= self.opts.rotate_bytes
+        });
+        if due {
+            self.close_file()?;
+        }
+        Ok(())
+    }
+
+    fn open(&mut self) -> Result<(), SinkError> {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        self.seq += 1;
+        let name = format!("cachescope-{}-{}Z-{}-{:04}", self.opts.host, utc_stamp(secs), std::process::id(), self.seq);
+        let partial = self.opts.dir.join(format!("{name}{PARTIAL}"));
+        let file = File::create(&partial).map_err(io(format!("creating {}", partial.display())))?;
+        let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
+            .map_err(pq(format!("starting {}", partial.display())))?;
+        self.file = Some(Open { writer, partial, opened: Instant::now(), good_len: 4 });
+        Ok(())
+    }
+
+    /// The footer the file would have if it ended after its last complete row group.
+    fn footer_bytes(&self, f: &Open) -> Result<Vec<u8>, SinkError> {
+        let rgs = f.writer.flushed_row_groups().to_vec();
+        let rows = rgs.iter().map(|r| r.num_rows()).sum();
+        let descr = ArrowSchemaConverter::new().convert(&self.schema).map_err(pq("schema"))?;
+        let meta = FileMetaData::new(
+            1,
+            rows,
+            Some(format!("cachescope {} (recovered)", env!("CARGO_PKG_VERSION"))),
+            self.props.key_value_metadata().cloned(),
+            Arc::new(descr),
+            None,
+        );
+        let md = ParquetMetaData::new(meta, rgs);
+        let mut buf = Vec::new();
+        ParquetMetaDataWriter::new(&mut buf, &md).finish().map_err(pq("checkpoint footer"))?;
+        Ok(buf)
+    }
+
+    /// Write `NAME.parquet.partial.footer` (data length, then footer) atomically: the old
+    /// checkpoint stays valid until the new one replaces it.
+    fn checkpoint(&self) -> Result<(), SinkError> {
+        let Some(f) = &self.file else { return Ok(()) };
+        let path = footer_path(&f.partial);
+        let tmp = path.with_extension("tmp");
+        let mut out = f.good_len.to_le_bytes().to_vec();
+        out.extend_from_slice(&self.footer_bytes(f)?);
+        fs::write(&tmp, &out).map_err(io(format!("writing {}", tmp.display())))?;
+        fs::rename(&tmp, &path).map_err(io(format!("renaming {}", tmp.display())))
+    }
+
+    /// A write failed: the checkpoint on disk describes exactly the complete row groups (it is
+    /// written after each one), so cut the file back to it and close it that way (or delete
+    /// it when it has none). The failed batch is still pending.
+    fn abandon(&mut self) {
+        let Some(f) = self.file.take() else { return };
+        let partial = f.partial.clone();
+        drop(f);
+        self.unrecovered.push(partial);
+        self.retry_recovery();
+    }
+
+    /// Cut back and close abandoned files; one that still fails (the footer did not fit
+    /// either) is retried at the next flush.
+    fn retry_recovery(&mut self) {
+        let mut left = Vec::new();
+        for p in std::mem::take(&mut self.unrecovered) {
+            match recover_file(&p) {
+                Ok(Some(_)) => self.with_stats(|s| s.files_closed += 1),
+                Ok(None) => {}
+                Err(_) => left.push(p),
+            }
+        }
+        self.unrecovered = left;
+    }
+
+    fn close_file(&mut self) -> Result<(), SinkError> {
+        let Some(mut f) = self.file.take() else { return Ok(()) };
+        let finished = f.writer.finish();
+        let partial = f.partial.clone();
+        if let Err(e) = finished {
+            drop(f);
+            // The footer could not be written: fall back to the last checkpoint.
+            self.unrecovered.push(partial.clone());
+            self.retry_recovery();
+            return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
+        }
+        drop(f);
+        let done = final_path(&partial);
+        fs::rename(&partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+        let _ = fs::remove_file(footer_path(&partial));
+        let size = fs::metadata(&done).map_or(0, |m| m.len());
+        self.with_stats(|s| {
+            s.files_closed += 1;
+            s.bytes_closed += size;
+        });
+        Ok(())
+    }
+
+    /// Write what is left and close the file (SIGINT/SIGTERM, end of --duration). Rows the
+    /// disk still refuses are reported in the error, with their count.
+    pub fn close(mut self) -> Result<Stats, SinkError> {
+        let r = self.flush(Instant::now());
+        let c = self.close_file();
+        self.retry_recovery();
+        let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
+        r.and(c).map(|_| stats)
+    }
+}
+
+fn footer_path(partial: &Path) -> PathBuf {
+    let mut s = partial.as_os_str().to_owned();
+    s.push(".footer");
+    PathBuf::from(s)
+}
+
+fn final_path(partial: &Path) -> PathBuf {
+    let s = partial.to_string_lossy();
+    PathBuf::from(s.strip_suffix(".partial").unwrap_or(&s).to_string())
+}
+
+/// Make a crashed partial file valid: truncate it to its last checkpoint and append the
+/// checkpoint footer. Without a checkpoint (no complete row group) it is removed.
+pub fn recover_file(partial: &Path) -> Result<Option<PathBuf>, SinkError> {
+    let fpath = footer_path(partial);
+    let mut raw = Vec::new();
+    match File::open(&fpath) {
+        Ok(mut f) => {
+            f.read_to_end(&mut raw).map_err(io(format!("reading {}", fpath.display())))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::remove_file(partial).map_err(io(format!("removing {}", partial.display())))?;
+            return Ok(None);
+        }
+        Err(e) => return Err(io(format!("reading {}", fpath.display()))(e)),
+    }
+    let (len, footer) =
+        raw.split_at_checked(8).ok_or_else(|| SinkError::Parquet(format!("{}: truncated", fpath.display())))?;
+    let mut lb = [0u8; 8];
+    lb.copy_from_slice(len);
+    let len = u64::from_le_bytes(lb);
+    let mut f = OpenOptions::new().write(true).open(partial).map_err(io(format!("opening {}", partial.display())))?;
+    f.set_len(len).map_err(io(format!("truncating {}", partial.display())))?;
+    f.seek(SeekFrom::Start(len)).map_err(io(format!("seeking {}", partial.display())))?;
+    f.write_all(footer).map_err(io(format!("writing footer to {}", partial.display())))?;
+    f.sync_all().map_err(io(format!("syncing {}", partial.display())))?;
+    let done = final_path(partial);
+    fs::rename(partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+    let _ = fs::remove_file(&fpath);
+    Ok(Some(done))
+}
+
+/// Recover every partial file in `dir` (see [`recover_file`]); returns the files made valid.
+pub fn recover_dir(dir: &Path) -> Result<Vec<PathBuf>, SinkError> {
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => return Err(io(format!("reading {}", dir.display()))(e)),
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.to_string_lossy().ends_with(PARTIAL) {
+            if let Some(done) = recover_file(&p)? {
+                out.push(done);
+            }
+        } else if p.to_string_lossy().ends_with(FOOTER) {
+            // A checkpoint whose data file is gone.
+            let data = PathBuf::from(p.to_string_lossy().trim_end_matches(".footer").to_string());
+            if !data.exists() {
+                let _ = fs::remove_file(&p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The sink on its own thread: rows arrive over a channel, flushes happen on time even when
+/// no rows come. Dropping the sender closes the file.
+pub struct Recorder {
+    tx: Option<std::sync::mpsc::Sender<Vec<Row>>>,
+    thread: Option<std::thread::JoinHandle<Result<Stats, SinkError>>>,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl Recorder {
+    pub fn start(opts: Options) -> Result<Recorder, SinkError> {
+        let mut sink = ParquetSink::new(opts)?;
+        let stats = sink.stats();
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<Row>>();
+        let every = sink.opts.flush_every.min(Duration::from_millis(500));
+        let thread = std::thread::Builder::new()
+            .name("cachescope-parquet".into())
+            .spawn(move || {
+                loop {
+                    match rx.recv_timeout(every) {
+                        Ok(rows) => sink.push(rows),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                    // Errors are in the stats; the sink retries at the next flush.
+                    let _ = sink.poll(Instant::now());
+                }
+                sink.close()
+            })
+            .map_err(io("starting the Parquet writer thread"))?;
+        Ok(Recorder { tx: Some(tx), thread: Some(thread), stats })
+    }
+
+    pub fn send(&self, rows: Vec<Row>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(rows);
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Close the channel, let the writer finish the file, and return what it did.
+    pub fn finish(mut self) -> Result<Stats, SinkError> {
+        self.tx = None;
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(SinkError::Parquet("the writer thread panicked".into())),
+            None => Ok(self.stats()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

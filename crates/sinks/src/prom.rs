@@ -1,0 +1,173 @@
+//! Prometheus text exposition (format 0.0.4) of DESIGN.md §5.4. The state is the latest
+//! occupancy and the running counter totals per (container, domain); a stopped container's
+//! series are dropped (Prometheus marks them stale), so the page shows what runs now.
+//! Absent values are absent series, never 0.
+
+use cachescope_engine::row::{ContainerMeta, Row, Status};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Upper bounds of the lateness histogram, seconds.
+pub const LATENESS_BUCKETS: [f64; 11] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1];
+
+const COUNTERS: [(&str, &str); 6] = [
+    (
+        "cachescope_mbm_total_bytes_total",
+        "Bytes moved to and from memory (MBM total) by the container's RMID in this L3 domain.",
+    ),
+    ("cachescope_mbm_local_bytes_total", "Bytes moved to and from the local memory node (MBM local)."),
+    ("cachescope_cycles_total", "CPU cycles of the container's threads on this domain's CPUs."),
+    ("cachescope_instructions_total", "Instructions retired by the container's threads on this domain's CPUs."),
+    ("cachescope_llc_references_total", "Last-level cache references (PMU) of the container's threads."),
+    ("cachescope_llc_misses_total", "Last-level cache misses (PMU) of the container's threads."),
+];
+
+#[derive(Default)]
+struct Series {
+    meta: Arc<ContainerMeta>,
+    occupancy: Option<u64>,
+    /// Running totals; None until the first value arrives.
+    totals: [Option<u64>; 6],
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    series: BTreeMap<(String, u32), Series>,
+    pub rmids_in_use: u64,
+    pub rmids_limbo: u64,
+    pub containers_unmonitored: u64,
+    lateness_buckets: [u64; LATENESS_BUCKETS.len()],
+    lateness_count: u64,
+    lateness_sum: f64,
+    read_errors: BTreeMap<&'static str, u64>,
+}
+
+fn escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// Take one interval's rows (all of them, not the sparse subset).
+    pub fn update(&mut self, rows: &[Row]) {
+        for r in rows {
+            let s = self.series.entry((r.container.id.clone(), r.domain)).or_default();
+            s.meta = r.container.clone();
+            s.occupancy = r.llc_occupancy_bytes;
+            let v = [
+                r.mbm_total_bytes,
+                r.mbm_local_bytes,
+                r.pmu.cycles,
+                r.pmu.instructions,
+                r.pmu.llc_references,
+                r.pmu.llc_misses,
+            ];
+            for (t, x) in s.totals.iter_mut().zip(v) {
+                if let Some(x) = x {
+                    *t = Some(t.unwrap_or(0).wrapping_add(x));
+                }
+            }
+            let kind = match r.status {
+                Status::Error => Some("error"),
+                Status::Unavailable => Some("unavailable"),
+                Status::Unassigned => Some("unassigned"),
+                _ => None,
+            };
+            if let Some(k) = kind {
+                *self.read_errors.entry(k).or_default() += 1;
+            }
+        }
+    }
+
+    pub fn observe_lateness(&mut self, late: std::time::Duration) {
+        let s = late.as_secs_f64();
+        for (b, le) in self.lateness_buckets.iter_mut().zip(LATENESS_BUCKETS) {
+            if s <= le {
+                *b += 1;
+            }
+        }
+        self.lateness_count += 1;
+        self.lateness_sum += s;
+    }
+
+    /// A container stopped: its series leave the page.
+    pub fn forget(&mut self, id: &str) {
+        self.series.retain(|(k, _), _| k != id);
+    }
+
+    fn labels(m: &ContainerMeta, domain: u32) -> String {
+        let opt = |v: &Option<String>| escape(v.as_deref().unwrap_or(""));
+        format!(
+            "container_id=\"{}\",container_name=\"{}\",pod_name=\"{}\",pod_namespace=\"{}\",domain=\"{domain}\"",
+            escape(&m.id),
+            opt(&m.name),
+            opt(&m.pod_name),
+            opt(&m.pod_namespace)
+        )
+    }
+
+    /// The page.
+    pub fn render(&self) -> String {
+        let mut o = String::with_capacity(256 + self.series.len() * 7 * 200);
+        let _ = writeln!(o, "# HELP cachescope_llc_occupancy_bytes Last-level cache bytes held by the container's RMID in this L3 domain.");
+        let _ = writeln!(o, "# TYPE cachescope_llc_occupancy_bytes gauge");
+        for ((_, d), s) in &self.series {
+            if let Some(v) = s.occupancy {
+                let _ = writeln!(o, "cachescope_llc_occupancy_bytes{{{}}} {v}", Self::labels(&s.meta, *d));
+            }
+        }
+        for (i, (name, help)) in COUNTERS.iter().enumerate() {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} counter");
+            for ((_, d), s) in &self.series {
+                if let Some(v) = s.totals[i] {
+                    let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
+                }
+            }
+        }
+        for (name, help, v) in [
+            ("cachescope_rmids_in_use", "RMIDs held by monitored containers.", self.rmids_in_use),
+            ("cachescope_rmids_limbo", "Freed RMIDs waiting for their cache lines to decay.", self.rmids_limbo),
+            (
+                "cachescope_containers_unmonitored",
+                "Containers without an RMID (reported as no_rmid).",
+                self.containers_unmonitored,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let h = "cachescope_sample_lateness_seconds";
+        let _ = writeln!(o, "# HELP {h} How late each sampling tick ran after its deadline.\n# TYPE {h} histogram");
+        for (le, c) in LATENESS_BUCKETS.iter().zip(self.lateness_buckets) {
+            let _ = writeln!(o, "{h}_bucket{{le=\"{le}\"}} {c}");
+        }
+        let _ = writeln!(o, "{h}_bucket{{le=\"+Inf\"}} {}", self.lateness_count);
+        let _ = writeln!(o, "{h}_sum {}", self.lateness_sum);
+        let _ = writeln!(o, "{h}_count {}", self.lateness_count);
+        let e = "cachescope_read_errors_total";
+        let _ = writeln!(
+            o,
+            "# HELP {e} Samples whose counters read Error, Unavailable or Unassigned, by kind.\n# TYPE {e} counter"
+        );
+        for k in ["error", "unavailable", "unassigned"] {
+            let _ = writeln!(o, "{e}{{kind=\"{k}\"}} {}", self.read_errors.get(k).copied().unwrap_or(0));
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests;
