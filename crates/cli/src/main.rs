@@ -4,6 +4,9 @@
 mod duration;
 mod info;
 mod monitor;
+mod output;
+mod pmu;
+mod report;
 mod resctrl_run;
 
 use clap::{Parser, Subcommand};
@@ -24,8 +27,47 @@ struct Cli {
 enum Command {
     /// Show what this host (or a recorded CPUID dump) offers: CMT/MBM, CAT/MBA, PMU, topology, backends.
     Info(info::InfoArgs),
-    /// Sample LLC occupancy and memory bandwidth and print a table periodically.
-    Monitor(monitor::MonitorArgs),
+    /// Live view: LLC occupancy, memory bandwidth and PMU counts per container, sorted by occupancy.
+    Monitor(MonitorCmd),
+    /// Record samples to Parquet files (DESIGN.md §5.3) in a directory.
+    Record(RecordCmd),
+    /// Serve Prometheus metrics at /metrics (default 127.0.0.1:9435).
+    Serve(ServeCmd),
+    /// Summarize recorded Parquet files per container.
+    Report(report::ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct MonitorCmd {
+    #[command(flatten)]
+    common: monitor::MonitorArgs,
+    /// JSON lines on stdout (one object per row, §5.3 column names) instead of tables.
+    #[arg(long)]
+    jsonl: bool,
+}
+
+#[derive(clap::Args)]
+struct RecordCmd {
+    #[command(flatten)]
+    common: monitor::MonitorArgs,
+    /// Directory for the Parquet files (created if missing).
+    #[arg(long, value_name = "DIR")]
+    output: std::path::PathBuf,
+    /// Start a new file after this long.
+    #[arg(long, default_value = "10m", value_parser = duration::parse)]
+    rotate_every: std::time::Duration,
+    /// Start a new file after this many MiB.
+    #[arg(long, default_value_t = 256)]
+    rotate_mib: u64,
+}
+
+#[derive(clap::Args)]
+struct ServeCmd {
+    #[command(flatten)]
+    common: monitor::MonitorArgs,
+    /// Address to listen on; all interfaces only if asked for (e.g. 0.0.0.0:9435).
+    #[arg(long, default_value = "127.0.0.1:9435")]
+    listen: std::net::SocketAddr,
 }
 
 /// An error that knows its exit status.
@@ -89,7 +131,19 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
-        Command::Monitor(args) => monitor::run(&args),
+        Command::Monitor(c) => monitor::run(&c.common, &output::Mode::Monitor { jsonl: c.jsonl }),
+        Command::Record(c) => {
+            if c.rotate_mib == 0 {
+                Err(CliError::input("--rotate-mib must be at least 1"))
+            } else {
+                monitor::run(
+                    &c.common,
+                    &output::Mode::Record { dir: c.output, rotate_every: c.rotate_every, rotate_bytes: c.rotate_mib << 20 },
+                )
+            }
+        }
+        Command::Serve(c) => monitor::run(&c.common, &output::Mode::Serve { listen: c.listen }),
+        Command::Report(args) => report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,9 @@
 //! periodically. Today: the emulated platform (scenario containers, or core groups) and the
 //! msr backend with core groups. The live TUI, sinks and host containers come with the engine.
 
+use crate::output::{Header, Mode, Output, RunInfo};
 use crate::{duration, CliError};
+use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
 use anyhow::anyhow;
 use cachescope_cmt::{
     parse_core_groups, sample_rmid, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Retries, TaskTagger,
@@ -87,12 +89,12 @@ impl MonitorArgs {
     }
 }
 
-pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
+pub fn run(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
     if args.containers.iter().any(|g| g == "auto") && args.containers.len() > 1 {
         return Err(CliError::input("--containers: `auto` cannot be combined with globs"));
     }
     if args.backend == Backend::Resctrl {
-        return crate::resctrl_run::run(args, args.emulate.is_some() || args.scenario.is_some());
+        return crate::resctrl_run::run(args, mode, args.emulate.is_some() || args.scenario.is_some());
     }
     let emulated = match args.backend {
         Backend::Emulated => true,
@@ -100,7 +102,7 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
         _ => false,
     };
     if emulated {
-        return run_emulated(args);
+        return run_emulated(args, mode);
     }
     if args.emulate.is_some() || args.scenario.is_some() {
         return Err(CliError::input("--emulate and --scenario need --backend emulated (or auto)"));
@@ -134,7 +136,7 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
         return Err(CliError::Unavailable(anyhow!("backend {name} is unavailable: {}", status.reason)));
     }
     if name == "resctrl" {
-        return crate::resctrl_run::run(args, false);
+        return crate::resctrl_run::run(args, mode, false);
     }
     if name != "msr" {
         return Err(CliError::Unavailable(anyhow!(
@@ -151,10 +153,10 @@ pub fn run(args: &MonitorArgs) -> Result<(), CliError> {
     let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
     let dev = Arc::new(DevMsr::new(std::path::Path::new("/dev")));
     let domain_of = |cpu: u32| topo.domain_of(cpu).map(|d| d.id);
-    run_cores(args, dev, caps, &domains, &domain_of, groups, None, "msr")
+    run_cores(args, mode, &host, dev, caps, &domains, &domain_of, groups, None, "msr")
 }
 
-fn run_emulated(args: &MonitorArgs) -> Result<(), CliError> {
+fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
     let path = args.scenario.as_ref().ok_or_else(|| {
         CliError::input("--emulate needs --scenario FILE for now (emulation driven by this host's real containers comes with the engine)")
     })?;
@@ -169,84 +171,99 @@ fn run_emulated(args: &MonitorArgs) -> Result<(), CliError> {
     if let Some(groups) = &args.cores {
         let e2 = emu.clone();
         let domain_of = move |cpu: u32| Some(e2.domain_of_cpu(cpu));
-        return run_cores(args, emu.clone(), caps, &domains, &domain_of, groups, Some(emu), &label);
+        return run_cores(args, mode, &emu.cpu_info().clone(), emu.clone(), caps, &domains, &domain_of, groups, Some(emu), &label);
     }
-    run_containers(args, emu, caps, &domains, &label)
+    run_containers(args, mode, emu, caps, &domains, &label)
 }
 
-/// Accumulates samples between two printed tables.
+/// Accumulates rows between two printed tables.
 #[derive(Default)]
-pub(crate) struct Row {
+pub(crate) struct TableRow {
+    label: String,
     rmid: Option<u32>,
     status: &'static str,
     occupancy: Option<u64>,
     total: u64,
     local: u64,
     mbm_seen: bool,
+    cycles: Option<u64>,
+    instructions: Option<u64>,
+    misses: Option<u64>,
 }
 
+fn add_opt(acc: &mut Option<u64>, v: Option<u64>) {
+    if let Some(v) = v {
+        *acc = Some(acc.unwrap_or(0) + v);
+    }
+}
+
+/// The plain table `monitor` prints without a terminal UI: one line per (container, domain),
+/// sorted by LLC occupancy.
 pub(crate) struct Printer {
-    pub rows: BTreeMap<(String, u32), Row>,
+    /// (container id, domain) → what accumulated since the last table.
+    pub rows: BTreeMap<(String, u32), TableRow>,
     pub period_start: Duration,
-    pub ticks: u64,
-    pub late: Vec<Duration>,
 }
 
 impl Printer {
     pub fn new() -> Self {
-        Printer { rows: BTreeMap::new(), period_start: Duration::ZERO, ticks: 0, late: Vec::new() }
+        Printer { rows: BTreeMap::new(), period_start: Duration::ZERO }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn add(
-        &mut self,
-        name: &str,
-        domain: u32,
-        rmid: Option<u32>,
-        status: &'static str,
-        occ: Option<u64>,
-        total: Option<u64>,
-        local: Option<u64>,
-    ) {
-        let r = self.rows.entry((name.to_string(), domain)).or_default();
-        r.rmid = rmid;
-        r.status = status;
-        r.occupancy = occ;
-        if let Some(t) = total {
+    pub fn add(&mut self, row: &Row) {
+        let r = self.rows.entry((row.container.id.clone(), row.domain)).or_default();
+        if r.label.is_empty() {
+            r.label = row.container.label().to_string();
+        }
+        r.rmid = row.rmid;
+        r.status = row.status.as_str();
+        r.occupancy = row.llc_occupancy_bytes;
+        if let Some(t) = row.mbm_total_bytes {
             r.total += t;
             r.mbm_seen = true;
         }
-        r.local += local.unwrap_or(0);
+        r.local += row.mbm_local_bytes.unwrap_or(0);
+        add_opt(&mut r.cycles, row.pmu.cycles);
+        add_opt(&mut r.instructions, row.pmu.instructions);
+        add_opt(&mut r.misses, row.pmu.llc_misses);
     }
 
     pub fn print(&mut self, now: Duration, header: &str, l3_bytes: Option<u64>) {
         let secs = (now - self.period_start).as_secs_f64().max(1e-9);
-        self.late.sort_unstable();
-        let p99 = self.late.get(self.late.len().saturating_sub(1) * 99 / 100).copied().unwrap_or_default();
-        println!("t={:.3}s  {header}  ticks={}  lateness p99={:?}", now.as_secs_f64(), self.ticks, p99);
+        println!("t={:.3}s  {header}", now.as_secs_f64());
         println!(
-            "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12}",
-            "CONTAINER", "DOMAIN", "RMID", "STATUS", "LLC_MiB", "LLC_%", "MBM_TOT_MB/s", "MBM_LOC_MB/s"
+            "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
+            "CONTAINER", "DOMAIN", "RMID", "STATUS", "LLC_MiB", "LLC_%", "MBM_TOT_MB/s", "MBM_LOC_MB/s", "IPC", "LLC_MPKI"
         );
         let mut rows: Vec<_> = self.rows.iter().collect();
         rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(b.0)));
-        for ((name, dom), r) in rows {
+        for ((_, dom), r) in rows {
             let occ = r.occupancy.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
             let pct = match (r.occupancy, l3_bytes) {
                 (Some(b), Some(l3)) if l3 > 0 => format!("{:.1}", 100.0 * b as f64 / l3 as f64),
                 _ => "-".into(),
             };
             let bw = |v: u64| if r.mbm_seen { format!("{:.1}", v as f64 / secs / 1e6) } else { "-".into() };
+            let ipc = match (r.instructions, r.cycles) {
+                (Some(i), Some(c)) if c > 0 => format!("{:.2}", i as f64 / c as f64),
+                _ => "-".into(),
+            };
+            let mpki = match (r.misses, r.instructions) {
+                (Some(m), Some(i)) if i > 0 => format!("{:.2}", m as f64 * 1000.0 / i as f64),
+                _ => "-".into(),
+            };
             println!(
-                "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12}",
-                name,
+                "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
+                r.label,
                 dom,
                 r.rmid.map_or("-".into(), |x| x.to_string()),
                 r.status,
                 occ,
                 pct,
                 bw(r.total),
-                bw(r.local)
+                bw(r.local),
+                ipc,
+                mpki
             );
         }
         println!();
@@ -254,14 +271,14 @@ impl Printer {
             r.total = 0;
             r.local = 0;
             r.mbm_seen = false;
+            r.cycles = None;
+            r.instructions = None;
+            r.misses = None;
         }
         self.period_start = now;
-        self.ticks = 0;
-        self.late.clear();
     }
 }
 
-/// Drives ticks: wall clock with absolute deadlines, or virtual time with `--fast`.
 /// Drives ticks: an absolute timerfd (engine::Ticker) on the wall clock, or virtual time with
 /// `--fast`.
 pub(crate) struct Clock {
@@ -290,21 +307,22 @@ impl Clock {
         Ok(Clock { ticker, interval, tick: 0, stop, until })
     }
 
-    /// Wait for the next tick; returns its time since start and its lateness, or None to stop.
-    pub fn next(&mut self) -> Option<(Duration, Duration)> {
+    /// Wait for the next tick; returns its time since start, its lateness and the ticks
+    /// missed before it, or None to stop.
+    pub fn next(&mut self) -> Option<(Duration, Duration, u64)> {
         if self.stop.load(Ordering::Relaxed) {
             return None;
         }
         let Some(ticker) = self.ticker.as_mut() else {
             self.tick += 1;
             let due = self.interval * self.tick as u32;
-            return self.until.is_none_or(|u| due <= u).then_some((due, Duration::ZERO));
+            return self.until.is_none_or(|u| due <= u).then_some((due, Duration::ZERO, 0));
         };
         let tick = ticker.wait().ok()?;
         if self.until.is_some_and(|u| tick.due > u) || self.stop.load(Ordering::Relaxed) {
             return None;
         }
-        Some((ticker.elapsed(), tick.late))
+        Some((ticker.elapsed(), tick.late, tick.missed))
     }
 }
 
@@ -317,6 +335,7 @@ fn check_interval(args: &MonitorArgs, caps: &Caps) -> Result<MbmTracker, CliErro
 
 fn run_containers(
     args: &MonitorArgs,
+    mode: &Mode,
     emu: Arc<EmuPlatform>,
     caps: Caps,
     domains: &[(u32, Vec<u32>)],
@@ -331,55 +350,96 @@ fn run_containers(
     };
     let mut session = ContainerRmids::new(reader.domain_ids(), cfg, tracker);
     let tagger = EmuTagger(emu.clone());
-    let mut known: Vec<String> = Vec::new();
+    let mut known: BTreeMap<String, Arc<ContainerMeta>> = BTreeMap::new();
     let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
-    let mut printer = Printer::new();
+    let mut out = Output::new(mode, args.print_every, run_info(label, emu.cpu_info(), &caps, Some(emu.l3_bytes()), &[]))?;
     let fail = |e: cachescope_cmt::SessionError| CliError::Unavailable(anyhow!(e));
-    while let Some((t, late)) = clock.next() {
-        emu.advance_to(t);
-        let running = emu.running_containers();
-        for c in known.iter().filter(|c| !running.contains(c)) {
-            session.stop(c, &tagger, t).map_err(fail)?;
-            printer.rows.retain(|(n, _), _| n != c);
+    let result = (|| -> Result<(), CliError> {
+        while let Some((t, late, missed)) = clock.next() {
+            emu.advance_to(t);
+            let running = emu.running_containers();
+            let gone: Vec<String> = known.keys().filter(|c| !running.contains(c)).cloned().collect();
+            for c in gone {
+                session.stop(&c, &tagger, t).map_err(fail)?;
+                known.remove(&c);
+                out.forget(&c);
+            }
+            for c in running {
+                if !known.contains_key(&c) {
+                    session.start(&c, &tagger).map_err(fail)?;
+                    known.insert(c.clone(), ContainerMeta::named(&c));
+                }
+            }
+            let rows: Vec<Row> = session
+                .sample(&reader, &tagger, t)
+                .map_err(fail)?
+                .into_iter()
+                .map(|s| Row {
+                    time_ns: 0,
+                    interval_ns: 0,
+                    container: known.get(&s.container).cloned().unwrap_or_else(|| ContainerMeta::named(&s.container)),
+                    domain: s.domain,
+                    rmid: s.rmid,
+                    llc_occupancy_bytes: s.occupancy_bytes,
+                    mbm_total_bytes: s.mbm_total_bytes,
+                    mbm_local_bytes: s.mbm_local_bytes,
+                    pmu: Pmu::default(),
+                    status: Status::parse(s.status).unwrap_or(Status::Error),
+                })
+                .collect();
+            let header = || {
+                let alloc = session.allocator();
+                let mut limbo: Vec<u32> = alloc.domains().flat_map(|d| alloc.limbo(d)).collect();
+                limbo.sort_unstable();
+                limbo.dedup();
+                let waiting: Vec<String> =
+                    session.unmonitored().iter().map(|(c, why)| format!("{c} ({why})")).collect();
+                Header {
+                    backend: label.to_string(),
+                    interval: args.msr_interval(),
+                    rmids_in_use: (known.len() - session.unmonitored().len()) as u64,
+                    rmids_limbo: limbo.len() as u64,
+                    unmonitored: session.unmonitored().len() as u64,
+                    extra: if waiting.is_empty() { vec![] } else { vec![format!("without RMID: {}", waiting.join(", "))] },
+                }
+            };
+            out.tick(t, late, missed, rows, &header);
         }
-        for c in running.iter().filter(|c| !known.contains(c)) {
-            session.start(c, &tagger).map_err(fail)?;
-        }
-        known = running;
-        for s in session.sample(&reader, &tagger, t).map_err(fail)? {
-            printer.add(
-                &s.container,
-                s.domain,
-                s.rmid,
-                s.status,
-                s.occupancy_bytes,
-                s.mbm_total_bytes,
-                s.mbm_local_bytes,
-            );
-        }
-        printer.ticks += 1;
-        printer.late.push(late);
-        if t - printer.period_start >= args.print_every {
-            let alloc = session.allocator();
-            let mut limbo: Vec<u32> = alloc.domains().flat_map(|d| alloc.limbo(d)).collect();
-            limbo.sort_unstable();
-            limbo.dedup();
-            let header = format!(
-                "backend={label} interval={:?} RMIDs in use={} limbo={} unmonitored={}",
-                args.msr_interval(),
-                known.len() - session.unmonitored().len(),
-                limbo.len(),
-                session.unmonitored().len()
-            );
-            printer.print(t, &header, Some(emu.l3_bytes()));
-        }
+        Ok(())
+    })();
+    let fin = out.finish();
+    result.and(fin)
+}
+
+/// The run's facts for file metadata.
+pub(crate) fn run_info(backend: &str, cpu: &CpuInfo, caps: &Caps, l3_bytes: Option<u64>, extra: &[(String, String)]) -> RunInfo {
+    RunInfo {
+        backend: backend.to_string(),
+        cpuid: cpuid_summary(cpu),
+        upscale: u64::from(caps.upscale_factor),
+        l3_bytes,
+        extra: extra.to_vec(),
     }
-    Ok(())
+}
+
+/// One line: vendor, family/model/stepping, and what L3 monitoring offers.
+pub(crate) fn cpuid_summary(cpu: &CpuInfo) -> String {
+    let mut s = format!("{} family {} model {} stepping {}", cpu.vendor, cpu.signature.family, cpu.signature.model, cpu.signature.stepping);
+    match &cpu.monitoring.l3 {
+        Some(l3) => s.push_str(&format!(
+            "; L3 monitoring: max_rmid {} upscale {} counter_width {} occupancy {} mbm_total {} mbm_local {}",
+            l3.max_rmid, l3.upscale_factor, l3.counter_width_linux, l3.occupancy, l3.mbm_total, l3.mbm_local
+        )),
+        None => s.push_str("; no L3 monitoring"),
+    }
+    s
 }
 
 #[allow(clippy::too_many_arguments)]
 fn run_cores<D: MsrDevice + Clone>(
     args: &MonitorArgs,
+    mode: &Mode,
+    cpu: &CpuInfo,
     dev: D,
     caps: Caps,
     domains: &[(u32, Vec<u32>)],
@@ -412,45 +472,53 @@ fn run_cores<D: MsrDevice + Clone>(
         .map_err(|e| CliError::Unavailable(anyhow!(e)))?;
     let reader = Reader::new(dev, caps.clone(), domains, Retries::default());
     let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
-    let mut printer = Printer::new();
     let l3_bytes = emu.as_ref().map(|e| e.l3_bytes());
+    let metas: Vec<Arc<ContainerMeta>> = plan.iter().map(|p| ContainerMeta::named(&p.0)).collect();
     let result = (|| -> Result<(), CliError> {
-        while let Some((t, late)) = clock.next() {
+        let mut out = Output::new(mode, args.print_every, run_info(label, cpu, &caps, l3_bytes, &[]))?;
+        let mut last_verify = Duration::ZERO;
+        while let Some((t, late, missed)) = clock.next() {
             if let Some(e) = &emu {
                 e.advance_to(t);
             }
-            for (name, rmid, doms) in &plan {
+            let mut rows = Vec::new();
+            for ((_, rmid, doms), meta) in plan.iter().zip(&metas) {
                 for &d in doms {
                     let x = sample_rmid(&reader, &mut tracker, d, *rmid, t)
                         .map_err(|e| CliError::Unavailable(anyhow!(e)))?;
-                    printer.add(
-                        name,
-                        d,
-                        Some(*rmid),
-                        x.status,
-                        x.occupancy_bytes,
-                        x.mbm_total_bytes,
-                        x.mbm_local_bytes,
-                    );
+                    rows.push(Row {
+                        time_ns: 0,
+                        interval_ns: 0,
+                        container: meta.clone(),
+                        domain: d,
+                        rmid: Some(*rmid),
+                        llc_occupancy_bytes: x.occupancy_bytes,
+                        mbm_total_bytes: x.mbm_total_bytes,
+                        mbm_local_bytes: x.mbm_local_bytes,
+                        pmu: Pmu::default(),
+                        status: Status::parse(x.status).unwrap_or(Status::Error),
+                    });
                 }
             }
-            printer.ticks += 1;
-            printer.late.push(late);
-            if t - printer.period_start >= args.print_every {
+            if t.saturating_sub(last_verify) >= Duration::from_secs(1) {
+                last_verify = t;
                 for x in pin.verify().map_err(|e| CliError::Unavailable(anyhow!(e)))? {
                     eprintln!(
                         "cachescope: CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
                         x.cpu, x.found, x.expected
                     );
                 }
-                printer.print(
-                    t,
-                    &format!("backend={label} interval={:?} core groups={}", args.msr_interval(), plan.len()),
-                    l3_bytes,
-                );
             }
+            let header = || Header {
+                backend: label.to_string(),
+                interval: args.msr_interval(),
+                rmids_in_use: plan.len() as u64,
+                extra: vec![format!("core groups={}", plan.len())],
+                ..Header::default()
+            };
+            out.tick(t, late, missed, rows, &header);
         }
-        Ok(())
+        out.finish()
     })();
     let report = pin.restore().map_err(|e| CliError::Unavailable(anyhow!(e)))?;
     eprintln!(

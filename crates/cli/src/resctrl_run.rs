@@ -4,16 +4,21 @@
 //! (FUSE) and plays the scenario with real cgroups holding real (idle) processes, so the path
 //! from cgroup events to mkdir/tasks/pread is the real one end to end.
 
-use crate::monitor::{Clock, MonitorArgs, Printer};
+use crate::monitor::{cpuid_summary, Clock, MonitorArgs};
+use crate::output::{Header, Mode, Output, RunInfo};
+use crate::pmu::PmuColumns;
+use cachescope_engine::row::{ContainerMeta, Row, Status};
+use cachescope_hw::cpuid::CpuidSnapshot;
+use cachescope_hw::CpuInfo;
+use cachescope_platform::InstructionCpuid;
+use cachescope_resctrl::session::WaitReason;
 use crate::CliError;
-use cachescope_bpf::{capacity_for, Attribution};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::watch::{Lifecycle, Watcher};
 use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
-use cachescope_platform::Topology;
 use cachescope_resctrl::{ContainerGroups, Containers, Resctrl};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -91,83 +96,7 @@ impl Play {
     }
 }
 
-/// Per-container PMU counts from the eBPF attribution (1 ms slots), summed between tables.
-/// Off, with the reason said once, where BPF cannot load.
-struct Pmu {
-    attr: Option<Attribution>,
-    unit: &'static str,
-    names: BTreeMap<u64, String>,
-    sums: BTreeMap<String, u64>,
-    slots: std::collections::BTreeSet<u64>,
-}
-
-impl Pmu {
-    fn start(interval: Duration) -> Pmu {
-        let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
-        // Every online CPU: available_parallelism would stop at our own affinity or quota.
-        let cpus: Vec<usize> = match Topology::read(Path::new("/sys")) {
-            Ok(t) => t.online_cpus().map(|c| c as usize).collect(),
-            Err(e) => {
-                eprintln!("cachescope: PMU attribution off: {e}");
-                return Pmu {
-                    attr: None,
-                    unit,
-                    names: BTreeMap::new(),
-                    sums: BTreeMap::new(),
-                    slots: Default::default(),
-                };
-            }
-        };
-        let per_drain = (interval.as_millis() as u32).max(1);
-        let attr = match Attribution::start(&[ev], &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                eprintln!("cachescope: PMU attribution off: {e}");
-                None
-            }
-        };
-        Pmu { attr, unit, names: BTreeMap::new(), sums: BTreeMap::new(), slots: Default::default() }
-    }
-
-    fn drain(&mut self) {
-        let Some(a) = self.attr.as_mut() else { return };
-        match a.drain() {
-            Ok(rows) => {
-                for r in rows {
-                    self.slots.insert(r.slot);
-                    if let Some(id) = self.names.get(&r.cgroup_id) {
-                        *self.sums.entry(id.clone()).or_default() += r.values[0];
-                    }
-                }
-            }
-            Err(e) => {
-                eprintln!("cachescope: PMU attribution stopped: {e}");
-                self.attr = None;
-            }
-        }
-    }
-
-    /// One line for the table header, and reset.
-    fn line(&mut self, period: Duration) -> Option<String> {
-        self.attr.as_ref()?;
-        let secs = period.as_secs_f64().max(1e-9);
-        let ids: std::collections::BTreeSet<&String> = self.names.values().collect();
-        let per: Vec<String> = ids
-            .into_iter()
-            .map(|id| (id, self.sums.get(id).copied().unwrap_or(0)))
-            .map(|(id, v)| match self.unit {
-                "cycles" => format!("{id} {:.1} Mcycles/s", v as f64 / secs / 1e6),
-                _ => format!("{id} {:.3} CPUs", v as f64 / 1e9 / secs),
-            })
-            .collect();
-        let line = format!("PMU ({}, eBPF, {} slots of 1 ms): {}", self.unit, self.slots.len(), per.join(", "));
-        self.sums.clear();
-        self.slots.clear();
-        Some(line)
-    }
-}
-
-pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
+pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliError> {
     let interval = args.interval.unwrap_or(Duration::from_millis(100));
     if interval < Duration::from_millis(1) {
         return Err(CliError::input(format!(
@@ -197,6 +126,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
     let mut play = None;
     let mut label = "resctrl".to_string();
     let mut l3_bytes = None;
+    let mut cpu = None;
     // The emulated mount, held to the end of this function (dropping it unmounts); declared
     // before the session so it drops after it.
     let _mount: Option<Mounted>;
@@ -208,6 +138,7 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
         let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
         let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
         l3_bytes = Some(platform.l3_bytes());
+        cpu = Some(platform.cpu_info().clone());
         let p = Play::new(&h, &scenario)?;
         let prefix = format!("{}/", p.rel_prefix());
         globs = vec![Glob::new(&format!("{}*", prefix)).map_err(CliError::input)?];
@@ -228,6 +159,12 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
             Err(e) => return Err(CliError::unavailable(e)),
         }
     };
+    let cpu = match cpu {
+        Some(c) => Some(c),
+        None => CpuidSnapshot::capture(&InstructionCpuid).ok().map(|s| CpuInfo::decode(&s)),
+    };
+    let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), cpuid_summary);
+    let upscale = cpu.as_ref().and_then(|c| c.monitoring.l3.as_ref()).map_or(1, |l3| u64::from(l3.upscale_factor));
     let mut session = ContainerGroups::new(rc.clone()).map_err(CliError::unavailable)?;
     let sandbox_rel = play.as_ref().map(|p| p.rel_prefix());
     let mut src = HostContainers { root: h.root.clone(), by_id: BTreeMap::new() };
@@ -236,12 +173,24 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
     }
     let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(CliError::unavailable)?;
     let mut clock = Clock::new(interval, args.duration, false)?;
-    let mut printer = Printer::new();
     let mut last_maintain = Duration::ZERO;
-    let mut pmu = Pmu::start(interval);
+    let mut last_cpu_line = Duration::ZERO;
+    let mut pmu = PmuColumns::start(interval);
+    if !pmu.is_on() || pmu.description.starts_with("no PMU") {
+        eprintln!("cachescope: PMU columns: {}", pmu.description);
+    }
+    let mut metas: BTreeMap<String, Arc<ContainerMeta>> = BTreeMap::new();
+    let info = RunInfo {
+        backend: label.clone(),
+        cpuid: cpuid.clone(),
+        upscale,
+        l3_bytes,
+        extra: vec![("cachescope.pmu".into(), pmu.description.clone())],
+    };
     let mut first = true;
     let result = (|| -> Result<(), CliError> {
-        while let Some((t, late)) = clock.next() {
+        let mut out = Output::new(mode, args.print_every, info)?;
+        while let Some((t, late, missed)) = clock.next() {
             if let Some(p) = play.as_mut() {
                 p.step(t)?;
             }
@@ -249,9 +198,12 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
             while let Ok(ev) = events.try_recv() {
                 let c = ev.container;
                 // Scenario containers are known by their scenario name (DESIGN.md §5.5).
-                let id = match &sandbox_rel {
-                    Some(pre) => c.cgroup_path.strip_prefix(&format!("{pre}/")).unwrap_or(&c.identity.id).to_string(),
-                    None => c.identity.id.clone(),
+                let (id, name) = match &sandbox_rel {
+                    Some(pre) => {
+                        let n = c.cgroup_path.strip_prefix(&format!("{pre}/")).unwrap_or(&c.identity.id).to_string();
+                        (n.clone(), Some(n))
+                    }
+                    None => (c.identity.id.clone(), c.name.clone()),
                 };
                 match ev.kind {
                     Lifecycle::Started => {
@@ -259,13 +211,24 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
                             pmu.names.insert(cg, id.clone());
                         }
                         src.by_id.insert(id.clone(), c.cgroup_path.clone());
+                        metas.insert(
+                            id.clone(),
+                            Arc::new(ContainerMeta {
+                                id: id.clone(),
+                                name,
+                                pod_uid: c.identity.pod_uid.clone(),
+                                cgroup_path: c.cgroup_path.clone(),
+                                ..Default::default()
+                            }),
+                        );
                         started.push(id);
                     }
                     Lifecycle::Stopped => {
                         session.stop(&id).map_err(CliError::unavailable)?;
                         src.by_id.remove(&id);
+                        metas.remove(&id);
                         pmu.names.retain(|_, v| *v != id);
-                        printer.rows.retain(|(n, _), _| *n != id);
+                        out.forget(&id);
                     }
                 }
             }
@@ -279,46 +242,57 @@ pub fn run(args: &MonitorArgs, emulate: bool) -> Result<(), CliError> {
             for id in started {
                 session.start(&id, &src, t).map_err(CliError::unavailable)?;
             }
-            for s in session.sample() {
-                // resctrl does not say which RMID a group holds (only the debug mount does).
-                printer.add(
-                    &s.container,
-                    s.domain,
-                    None,
-                    s.status,
-                    s.occupancy_bytes,
-                    s.mbm_total_bytes,
-                    s.mbm_local_bytes,
-                );
-            }
             pmu.drain();
-            printer.ticks += 1;
-            printer.late.push(late);
+            let rows: Vec<Row> = session
+                .sample()
+                .into_iter()
+                .map(|s| Row {
+                    time_ns: 0,
+                    interval_ns: 0,
+                    container: metas.get(&s.container).cloned().unwrap_or_else(|| ContainerMeta::named(&s.container)),
+                    domain: s.domain,
+                    // resctrl does not say which RMID a group holds (only the debug mount does).
+                    rmid: None,
+                    llc_occupancy_bytes: s.occupancy_bytes,
+                    mbm_total_bytes: s.mbm_total_bytes,
+                    mbm_local_bytes: s.mbm_local_bytes,
+                    pmu: pmu.take(&s.container, s.domain),
+                    status: Status::parse(s.status).unwrap_or(Status::Error),
+                })
+                .collect();
             if t.saturating_sub(last_maintain) >= MAINTAIN_EVERY {
                 last_maintain = t;
                 session.maintain(&src, t).map_err(CliError::unavailable)?;
             }
-            if t - printer.period_start >= args.print_every {
+            // Same cadence as the table: the CPU line covers the period the table does.
+            let cpu_line = if t.saturating_sub(last_cpu_line) >= args.print_every {
+                let l = pmu.cpu_line(t.saturating_sub(last_cpu_line));
+                last_cpu_line = t;
+                l
+            } else {
+                None
+            };
+            let header = || {
                 let st = session.stats();
-                let mut header = format!(
-                    "backend={label} interval={interval:?} groups={} waiting={} reads={}",
-                    session.monitored().count(),
-                    session.waiting().len(),
-                    st.reads
-                );
+                let mut extra = vec![format!("groups={} reads={}", session.monitored().count(), st.reads)];
+                extra.extend(cpu_line.clone());
                 if !session.waiting().is_empty() {
                     let w: Vec<String> =
                         session.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
-                    header.push_str(&format!("\nwithout RMID: {}", w.join(", ")));
+                    extra.push(format!("without RMID: {}", w.join(", ")));
                 }
-                if let Some(line) = pmu.line(t - printer.period_start) {
-                    header.push('\n');
-                    header.push_str(&line);
+                Header {
+                    backend: label.clone(),
+                    interval,
+                    rmids_in_use: session.monitored().count() as u64,
+                    rmids_limbo: session.waiting().values().filter(|w| w.reason == WaitReason::Limbo).count() as u64,
+                    unmonitored: session.waiting().len() as u64,
+                    extra,
                 }
-                printer.print(t, &header, l3_bytes);
-            }
+            };
+            out.tick(t, late, missed, rows, &header);
         }
-        Ok(())
+        out.finish()
     })();
     let cleanup = session.stop_all().map_err(CliError::unavailable);
     let _ = watcher.stop();
