@@ -122,10 +122,18 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 };
             }
-            // One line: clap's first line, without its usage block.
+            // One line: clap's message (which may continue on indented lines, e.g. the missing
+            // arguments), without its usage block.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ");
-            eprintln!("cachescope: {first} (see cachescope --help)");
+            let msg: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(|l| l.trim())
+                .filter(|l| !l.is_empty())
+                .collect();
+            let msg = msg.join(" ");
+            let msg = msg.trim_start_matches("error: ");
+            eprintln!("cachescope: {} (see cachescope --help)", if msg.is_empty() { "invalid usage" } else { msg });
             return ExitCode::from(2);
         }
     };
@@ -138,7 +146,11 @@ fn main() -> ExitCode {
             } else {
                 monitor::run(
                     &c.common,
-                    &output::Mode::Record { dir: c.output, rotate_every: c.rotate_every, rotate_bytes: c.rotate_mib << 20 },
+                    &output::Mode::Record {
+                        dir: c.output,
+                        rotate_every: c.rotate_every,
+                        rotate_bytes: c.rotate_mib << 20,
+                    },
                 )
             }
         }

@@ -4,13 +4,13 @@
 
 use crate::output::{Header, Mode, Output, RunInfo};
 use crate::{duration, CliError};
-use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
 use anyhow::anyhow;
 use cachescope_cmt::{
     parse_core_groups, sample_rmid, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Retries, TaskTagger,
 };
 use cachescope_detect::{detect, HostPaths, LiveProbe};
 use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
 use cachescope_engine::{Ticker, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::msr::MsrDevice;
@@ -171,7 +171,18 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
     if let Some(groups) = &args.cores {
         let e2 = emu.clone();
         let domain_of = move |cpu: u32| Some(e2.domain_of_cpu(cpu));
-        return run_cores(args, mode, &emu.cpu_info().clone(), emu.clone(), caps, &domains, &domain_of, groups, Some(emu), &label);
+        return run_cores(
+            args,
+            mode,
+            &emu.cpu_info().clone(),
+            emu.clone(),
+            caps,
+            &domains,
+            &domain_of,
+            groups,
+            Some(emu),
+            &label,
+        );
     }
     run_containers(args, mode, emu, caps, &domains, &label)
 }
@@ -233,7 +244,16 @@ impl Printer {
         println!("t={:.3}s  {header}", now.as_secs_f64());
         println!(
             "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
-            "CONTAINER", "DOMAIN", "RMID", "STATUS", "LLC_MiB", "LLC_%", "MBM_TOT_MB/s", "MBM_LOC_MB/s", "IPC", "LLC_MPKI"
+            "CONTAINER",
+            "DOMAIN",
+            "RMID",
+            "STATUS",
+            "LLC_MiB",
+            "LLC_%",
+            "MBM_TOT_MB/s",
+            "MBM_LOC_MB/s",
+            "IPC",
+            "LLC_MPKI"
         );
         let mut rows: Vec<_> = self.rows.iter().collect();
         rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(b.0)));
@@ -352,7 +372,8 @@ fn run_containers(
     let tagger = EmuTagger(emu.clone());
     let mut known: BTreeMap<String, Arc<ContainerMeta>> = BTreeMap::new();
     let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
-    let mut out = Output::new(mode, args.print_every, run_info(label, emu.cpu_info(), &caps, Some(emu.l3_bytes()), &[]))?;
+    let mut out =
+        Output::new(mode, args.print_every, run_info(label, emu.cpu_info(), &caps, Some(emu.l3_bytes()), &[]))?;
     let fail = |e: cachescope_cmt::SessionError| CliError::Unavailable(anyhow!(e));
     let result = (|| -> Result<(), CliError> {
         while let Some((t, late, missed)) = clock.next() {
@@ -400,7 +421,11 @@ fn run_containers(
                     rmids_in_use: (known.len() - session.unmonitored().len()) as u64,
                     rmids_limbo: limbo.len() as u64,
                     unmonitored: session.unmonitored().len() as u64,
-                    extra: if waiting.is_empty() { vec![] } else { vec![format!("without RMID: {}", waiting.join(", "))] },
+                    extra: if waiting.is_empty() {
+                        vec![]
+                    } else {
+                        vec![format!("without RMID: {}", waiting.join(", "))]
+                    },
                 }
             };
             out.tick(t, late, missed, rows, &header);
@@ -412,7 +437,13 @@ fn run_containers(
 }
 
 /// The run's facts for file metadata.
-pub(crate) fn run_info(backend: &str, cpu: &CpuInfo, caps: &Caps, l3_bytes: Option<u64>, extra: &[(String, String)]) -> RunInfo {
+pub(crate) fn run_info(
+    backend: &str,
+    cpu: &CpuInfo,
+    caps: &Caps,
+    l3_bytes: Option<u64>,
+    extra: &[(String, String)],
+) -> RunInfo {
     RunInfo {
         backend: backend.to_string(),
         cpuid: cpuid_summary(cpu),
@@ -424,7 +455,10 @@ pub(crate) fn run_info(backend: &str, cpu: &CpuInfo, caps: &Caps, l3_bytes: Opti
 
 /// One line: vendor, family/model/stepping, and what L3 monitoring offers.
 pub(crate) fn cpuid_summary(cpu: &CpuInfo) -> String {
-    let mut s = format!("{} family {} model {} stepping {}", cpu.vendor, cpu.signature.family, cpu.signature.model, cpu.signature.stepping);
+    let mut s = format!(
+        "{} family {} model {} stepping {}",
+        cpu.vendor, cpu.signature.family, cpu.signature.model, cpu.signature.stepping
+    );
     match &cpu.monitoring.l3 {
         Some(l3) => s.push_str(&format!(
             "; L3 monitoring: max_rmid {} upscale {} counter_width {} occupancy {} mbm_total {} mbm_local {}",

@@ -71,7 +71,9 @@ fn realtime_ns() -> i64 {
 }
 
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 impl Output {
@@ -92,24 +94,22 @@ impl Output {
                     ("cachescope.cpuid".into(), info.cpuid.clone()),
                     ("cachescope.monotonic_offset_ns".into(), (start_real_ns - mono).to_string()),
                     ("cachescope.upscale_bytes".into(), info.upscale.to_string()),
-                    ("cachescope.sparse".into(), "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into()),
+                    (
+                        "cachescope.sparse".into(),
+                        "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),
+                    ),
                 ];
                 if let Some(l3) = info.l3_bytes {
                     o.metadata.push(("cachescope.l3_bytes".into(), l3.to_string()));
                 }
                 o.metadata.extend(info.extra);
-                let rec = Recorder::start(o)
-                    .map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
-                Sink::Record {
-                    rec,
-                    sparse: Sparse::new(info.upscale, 1_000_000_000),
-                    failing: false,
-                    dir: dir.clone(),
-                }
+                let rec =
+                    Recorder::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
+                Sink::Record { rec, sparse: Sparse::new(info.upscale, 1_000_000_000), failing: false, dir: dir.clone() }
             }
             Mode::Serve { listen } => {
-                let server = tiny_http::Server::http(listen)
-                    .map_err(|e| CliError::input(format!("--listen {listen}: {e}")))?;
+                let server =
+                    tiny_http::Server::http(listen).map_err(|e| CliError::input(format!("--listen {listen}: {e}")))?;
                 let server = Arc::new(server);
                 let metrics = Arc::new(Mutex::new(Metrics::new()));
                 let (s2, m2) = (server.clone(), metrics.clone());
@@ -238,7 +238,11 @@ impl Output {
                 st.files_closed,
                 st.bytes_closed,
                 dir.display(),
-                if st.rows_dropped > 0 { format!("; {} rows dropped while the disk refused them", st.rows_dropped) } else { String::new() }
+                if st.rows_dropped > 0 {
+                    format!("; {} rows dropped while the disk refused them", st.rows_dropped)
+                } else {
+                    String::new()
+                }
             );
         }
         Ok(())
@@ -270,7 +274,8 @@ fn serve(server: &tiny_http::Server, metrics: &Mutex<Metrics>) {
         let ok_path = req.url() == "/metrics" || req.url().starts_with("/metrics?");
         let resp = if *req.method() == tiny_http::Method::Get && ok_path {
             let body = metrics.lock().map(|m| m.render()).unwrap_or_default();
-            let ct = tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]);
+            let ct =
+                tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]);
             let mut r = tiny_http::Response::from_string(body);
             if let Ok(h) = ct {
                 r = r.with_header(h);

@@ -56,8 +56,7 @@ impl PmuColumns {
         // Every online CPU: available_parallelism would stop at our own affinity or quota.
         let cpus: Vec<usize> = topo.online_cpus().map(|c| c as usize).collect();
         let max_cpu = cpus.iter().copied().max().unwrap_or(0);
-        let domain_of: Vec<u32> =
-            (0..=max_cpu).map(|c| topo.domain_of(c as u32).map_or(0, |d| d.id)).collect();
+        let domain_of: Vec<u32> = (0..=max_cpu).map(|c| topo.domain_of(c as u32).map_or(0, |d| d.id)).collect();
         let host = CpuidSnapshot::capture(&InstructionCpuid).map(|s| CpuInfo::decode(&s));
         let core = CorePmu::load(Path::new("/sys"), "cpu").ok();
         let mut events = Vec::new();
@@ -164,6 +163,10 @@ impl PmuColumns {
             .map(|id| format!("{id} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
             .collect();
         self.cpu_ns.clear();
-        Some(format!("CPUs used (eBPF cpu-clock, {} slots of 1 ms): {}", std::mem::take(&mut self.slots), per.join(", ")))
+        Some(format!(
+            "CPUs used (eBPF cpu-clock, {} slots of 1 ms): {}",
+            std::mem::take(&mut self.slots),
+            per.join(", ")
+        ))
     }
 }

@@ -1,0 +1,394 @@
+//! `record`, `report` and `serve` end to end: a scenario recorded to Parquet and read back
+//! with the parquet crate against the scenario's known answers; SIGTERM during a recording;
+//! the Prometheus page over HTTP; the refusals (unwritable directory, port in use).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cachescope"))
+}
+
+/// One container per domain with simple known answers: `solo` (8 MiB, 1000 MB/s, 75 % local)
+/// alone on domain 0 from 0 to 1500 ms; `late` (4 MiB, 200 MB/s) on domain 1 from 500 ms.
+const SCENARIO: &str = r#"
+[platform]
+model = "intel-xeon-platinum-8160"
+l3_mib = 32
+domains = 2
+cpus_per_domain = 2
+
+[[container]]
+name = "solo"
+cpus = [0, 1]
+footprint_mib = 8
+bandwidth_mbps = 1000
+local_fraction = 0.75
+start_ms = 0
+stop_ms = 1500
+
+[[container]]
+name = "late"
+cpus = [2]
+footprint_mib = 4
+bandwidth_mbps = 200
+local_fraction = 1.0
+start_ms = 500
+"#;
+
+fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn read(files: &[PathBuf]) -> (Vec<RecordBatch>, BTreeMap<String, String>) {
+    let mut out = Vec::new();
+    let mut md = BTreeMap::new();
+    for f in files {
+        let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(f).unwrap()).unwrap();
+        for kv in b.metadata().file_metadata().key_value_metadata().unwrap() {
+            md.insert(kv.key.clone(), kv.value.clone().unwrap_or_default());
+        }
+        out.extend(b.build().unwrap().map(|r| r.unwrap()));
+    }
+    (out, md)
+}
+
+#[derive(Debug, Clone)]
+struct R {
+    t: i64,
+    interval: i64,
+    id: String,
+    domain: i32,
+    occ: Option<i64>,
+    total: Option<i64>,
+    local: Option<i64>,
+    cycles: Option<i64>,
+    status: String,
+}
+
+fn rows(batches: &[RecordBatch]) -> Vec<R> {
+    let mut v = Vec::new();
+    for b in batches {
+        let i64c = |n: &str| b.column_by_name(n).unwrap().as_primitive::<Int64Type>().clone();
+        let strc = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
+        let (t, iv, occ, tot, loc, cyc) = (
+            i64c("time_ns"),
+            i64c("interval_ns"),
+            i64c("llc_occupancy_bytes"),
+            i64c("mbm_total_bytes"),
+            i64c("mbm_local_bytes"),
+            i64c("cycles"),
+        );
+        let (id, st) = (strc("container_id"), strc("status"));
+        let dom = b.column_by_name("domain").unwrap().as_primitive::<Int32Type>().clone();
+        let opt = |a: &arrow_array::Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+        for i in 0..b.num_rows() {
+            v.push(R {
+                t: t.value(i),
+                interval: iv.value(i),
+                id: id.value(i).to_string(),
+                domain: dom.value(i),
+                occ: opt(&occ, i),
+                total: opt(&tot, i),
+                local: opt(&loc, i),
+                cycles: opt(&cyc, i),
+                status: st.value(i).to_string(),
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn recorded_scenario_matches_known_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("s.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let out_dir = dir.path().join("rec");
+    let out = bin()
+        .args(["record", "--scenario", sc.to_str().unwrap(), "--duration", "2500ms", "--fast", "--output"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files = parquet_files(&out_dir);
+    assert!(!files.is_empty());
+    let (batches, md) = read(&files);
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("1"));
+    assert!(md.get("cachescope.backend").unwrap().contains("emulated"));
+    assert!(md.get("cachescope.cpuid").unwrap().contains("GenuineIntel"));
+    assert!(md.get("cachescope.monotonic_offset_ns").unwrap().parse::<i64>().unwrap() > 0);
+    let rs = rows(&batches);
+    let upscale: i64 = md.get("cachescope.upscale_bytes").unwrap().parse().unwrap();
+    // Sparse: far fewer rows than 2500 intervals × 2 containers × 2 domains.
+    assert!(rs.len() < 2500 * 2 * 2 / 2, "{} rows", rs.len());
+    assert!(rs.iter().all(|r| r.interval == 1_000_000 && r.cycles.is_none()));
+    assert!(rs.windows(2).all(|w| w[0].t <= w[1].t), "rows in time order");
+    let t0 = rs[0].t - 1_000_000;
+    let at = |r: &R| (r.t - t0) / 1_000_000; // ms since start
+    let solo0: Vec<&R> = rs.iter().filter(|r| r.id == "solo" && r.domain == 0).collect();
+    // solo alone converges to its 8 MiB footprint, never above. What it filled in its first
+    // millisecond, before the engine saw it start and gave it an RMID, is charged to RMID 0
+    // (as on hardware): at most one interval of its traffic (1 MB) plus one upscale unit.
+    let last_occ = solo0.iter().rev().find_map(|r| r.occ).unwrap();
+    assert!(last_occ <= 8 << 20 && (8 << 20) - last_occ <= 1_000_000 + upscale, "{last_occ}");
+    // MBM: 1000 MB/s, i.e. 1 MB in every 1 ms interval that has a baseline (the first reads
+    // after the start are Unavailable, then a baseline), quantized to the upscale unit.
+    let total: i64 = solo0.iter().filter_map(|r| r.total).sum();
+    let local: i64 = solo0.iter().filter_map(|r| r.local).sum();
+    let counted = solo0.iter().filter(|r| r.total.is_some()).count() as i64;
+    assert!(counted >= 1495, "{counted} intervals with MBM deltas of 1500");
+    assert!((total - counted * 1_000_000).abs() <= 2 * upscale, "{total} over {counted} ms");
+    assert!((local as f64 / total as f64 - 0.75).abs() < 0.001, "{local} / {total}");
+    assert!(solo0.iter().all(|r| at(r) <= 1500), "no solo rows after it stopped");
+    // solo never ran on domain 1: unavailable there, never 0.
+    assert!(rs
+        .iter()
+        .filter(|r| r.id == "solo" && r.domain == 1)
+        .all(|r| r.status == "unavailable" && r.occ.is_none()));
+    // late starts at 500 ms on domain 1; a keyframe row for each of its domains every second.
+    let late1: Vec<&R> = rs.iter().filter(|r| r.id == "late" && r.domain == 1).collect();
+    assert!(late1.iter().all(|r| at(r) >= 500));
+    let late_total: i64 = late1.iter().filter_map(|r| r.total).sum();
+    let late_counted = late1.iter().filter(|r| r.total.is_some()).count() as i64;
+    assert!(late_counted >= 1995, "{late_counted}");
+    assert!((late_total - late_counted * 200_000).abs() <= 2 * upscale, "{late_total} over {late_counted} ms");
+    let seconds: std::collections::BTreeSet<i64> = late1.iter().map(|r| r.t / 1_000_000_000).collect();
+    let span = (late1.last().unwrap().t / 1_000_000_000) - (late1[0].t / 1_000_000_000) + 1;
+    assert_eq!(seconds.len() as i64, span, "a keyframe in every second");
+
+    // report reads the same files.
+    let rep = bin().args(["report", "--json"]).arg(&out_dir).output().unwrap();
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let solo = v.as_array().unwrap().iter().find(|s| s["container_id"] == "solo").unwrap();
+    let mean = solo["mbm_total_mean_bytes_per_sec"].as_f64().unwrap();
+    assert!((mean - 1000e6).abs() < 5e6, "{mean}");
+    assert!(solo["occupancy_max_bytes"].as_i64().unwrap() <= 8 << 20);
+    let table = bin().arg("report").arg(&out_dir).output().unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.lines().any(|l| l.starts_with("solo")), "{text}");
+}
+
+/// SIGTERM during a wall-clock recording leaves only valid files holding the rows so far.
+#[test]
+fn sigterm_leaves_valid_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = dir.path().join("s.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let out_dir = dir.path().join("rec");
+    let mut child = bin()
+        .args(["record", "--scenario", sc.to_str().unwrap(), "--duration", "60s", "--output"])
+        .arg(&out_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{status:?} {err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let names: Vec<String> =
+        std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(names.iter().all(|n| n.ends_with(".parquet")), "{names:?}");
+    let (batches, _) = read(&parquet_files(&out_dir));
+    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert!(n > 100, "{n} rows after ~1.5 s: {err}");
+}
+
+fn one_line_error(args: &[&str], code: i32, needle: &str) {
+    let out = bin().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+}
+
+fn scenario_file(dir: &Path) -> String {
+    let sc = dir.join("s.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    sc.to_str().unwrap().to_string()
+}
+
+#[test]
+fn refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario_file(dir.path());
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let under_file = file.join("rec");
+    one_line_error(
+        &["record", "--scenario", &sc, "--duration", "1s", "--output", under_file.to_str().unwrap()],
+        2,
+        "a-file",
+    );
+    one_line_error(&["record", "--scenario", &sc, "--duration", "1s"], 2, "--output");
+    one_line_error(&["record", "--scenario", &sc, "--output", "x", "--rotate-mib", "0"], 2, "--rotate-mib");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    one_line_error(&["serve", "--scenario", &sc, "--duration", "1s", "--listen", &addr], 2, &addr);
+    one_line_error(&["serve", "--scenario", &sc, "--listen", "localhost"], 2, "--listen");
+    one_line_error(&["report", dir.path().to_str().unwrap()], 2, "no .parquet files");
+    one_line_error(&["report", "/nonexistent/cachescope"], 2, "/nonexistent/cachescope");
+    let bad = dir.path().join("bad.parquet");
+    std::fs::write(&bad, b"not parquet at all").unwrap();
+    one_line_error(&["report", bad.to_str().unwrap()], 2, "bad.parquet");
+}
+
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+#[test]
+fn serve_exposes_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario_file(dir.path());
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = bin()
+        .args(["serve", "--scenario", &sc, "--duration", "3s", "--print-every", "100ms", "--listen", &addr])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut page = None;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        if let Some(p) = get(&addr, "/metrics").filter(|p| p.contains("container_id=\"late\"")) {
+            page = Some(p);
+            break;
+        }
+    }
+    let nf = get(&addr, "/other");
+    let _ = child.kill();
+    let _ = child.wait();
+    let page = page.expect("a page with both containers");
+    assert!(page.starts_with("HTTP/1.") && page.contains(" 200 "), "{page}");
+    assert!(page.contains("text/plain; version=0.0.4"));
+    assert!(page.contains("# TYPE cachescope_llc_occupancy_bytes gauge"));
+    let solo = page
+        .lines()
+        .find(|l| l.starts_with("cachescope_mbm_total_bytes_total{container_id=\"solo\"") && l.contains("domain=\"0\""))
+        .unwrap_or_else(|| panic!("{page}"));
+    let v: f64 = solo.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(v > 0.0);
+    assert!(page.contains("cachescope_sample_lateness_seconds_count "));
+    assert!(nf.is_some_and(|p| p.contains(" 404 ")));
+}
+
+/// The cgroup v2 mount point, where root can use it, with /dev/fuse: what
+/// `--backend resctrl --emulate` needs.
+fn real_kernel_possible() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skip: not root");
+        return None;
+    }
+    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+        println!("skip: /dev/fuse cannot be opened");
+        return None;
+    }
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let root = mi.lines().find(|l| l.contains(" - cgroup2 ")).and_then(|l| l.split(' ').nth(4)).map(PathBuf::from);
+    if root.is_none() {
+        println!("skip: no cgroup v2");
+    }
+    root
+}
+
+/// Real end to end on this machine: the scenario's containers are real cgroups, a real busy
+/// process is moved into one of them, the resctrl backend runs over the emulated resctrl
+/// filesystem (FUSE) and the PMU columns come from the eBPF attribution. Where this CPU
+/// counts cycles the busy container has them; where it does not (a VM without a virtual
+/// PMU), the columns are null — never 0 — and the file metadata says why.
+#[test]
+fn real_cgroups_recorded_with_pmu_columns() {
+    let Some(cg_root) = real_kernel_possible() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario_file(dir.path());
+    let out_dir = dir.path().join("rec");
+    let child = bin()
+        .args([
+            "record",
+            "--backend",
+            "resctrl",
+            "--emulate",
+            "intel-xeon-platinum-8160",
+            "--scenario",
+            &sc,
+            "--interval",
+            "10ms",
+            "--duration",
+            "2500ms",
+            "--output",
+        ])
+        .arg(&out_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let sandbox = cg_root.join(format!("cachescope-emu-{}", child.id()));
+    let procs = sandbox.join("solo/cgroup.procs");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !procs.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    let moved = std::fs::write(&procs, busy.id().to_string());
+    let out = child.wait_with_output().unwrap();
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(moved.is_ok(), "moving the busy process into {}: {moved:?}", procs.display());
+    assert!(out.status.success(), "{err}");
+    let (batches, md) = read(&parquet_files(&out_dir));
+    let rs = rows(&batches);
+    let cg_paths: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            let a = b.column_by_name("cgroup_path").unwrap().as_string::<i32>().clone();
+            (0..a.len()).map(move |i| a.value(i).to_string()).collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(cg_paths.iter().all(|p| p.starts_with("cachescope-emu-")), "real cgroups: {:?}", cg_paths.first());
+    let solo: Vec<&R> = rs.iter().filter(|r| r.id == "solo" && r.domain == 0).collect();
+    assert!(solo.iter().any(|r| r.status == "ok" && r.occ.is_some_and(|o| o > 0)), "{err}");
+    let pmu = md.get("cachescope.pmu").cloned().unwrap_or_default();
+    println!("cachescope.pmu = {pmu}");
+    let cycles: i64 = solo.iter().filter_map(|r| r.cycles).sum();
+    if pmu.starts_with("eBPF") && pmu.contains("cycles") {
+        // ~1.4 s of a busy loop at ≥ 100 MHz.
+        assert!(cycles > 100_000_000, "{cycles} cycles for a busy container");
+    } else {
+        assert!(pmu.contains("no PMU event counts") || pmu.starts_with("off"), "{pmu}");
+        assert!(rs.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null, not 0");
+    }
+    // Nothing left behind.
+    assert!(!sandbox.exists(), "sandbox cgroup left behind");
+    assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains("cachescope-resctrl"));
+}
