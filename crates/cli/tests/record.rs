@@ -377,7 +377,13 @@ fn real_cgroups_recorded_with_pmu_columns() {
         .collect();
     assert!(cg_paths.iter().all(|p| p.starts_with("cachescope-emu-")), "real cgroups: {:?}", cg_paths.first());
     let solo: Vec<&R> = rs.iter().filter(|r| r.id == "solo" && r.domain == 0).collect();
-    assert!(solo.iter().any(|r| r.status == "ok" && r.occ.is_some_and(|o| o > 0)), "{err}");
+    let summary: Vec<(i64, &str, Option<i64>)> =
+        solo.iter().map(|r| ((r.t - rs[0].t) / 1_000_000, r.status.as_str(), r.occ)).collect();
+    // Its traffic counts under its group's RMID from the first interval. (Its occupancy may
+    // stay near 0: lines it filled before the group existed stay charged to RMID 0 until
+    // evicted, exactly as on hardware, and alone in a 32 MiB L3 nothing evicts them.)
+    let mbm: i64 = solo.iter().filter_map(|r| r.total).sum();
+    assert!(solo.iter().any(|r| r.status == "ok") && mbm > 100_000_000, "{mbm} bytes\n{err}\n{summary:?}");
     let pmu = md.get("cachescope.pmu").cloned().unwrap_or_default();
     println!("cachescope.pmu = {pmu}");
     let cycles: i64 = solo.iter().filter_map(|r| r.cycles).sum();

@@ -396,6 +396,13 @@ impl Resctrl {
         Ok(out)
     }
 
+    /// The thread ids in a group's `tasks` file.
+    pub fn group_tasks(&self, g: &GroupRef) -> Result<Vec<u32>, ResctrlError> {
+        let path = self.group_dir(g).join("tasks");
+        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        Ok(text.split_whitespace().filter_map(|t| t.parse().ok()).collect())
+    }
+
     /// Open a group's counter files for repeated reads.
     pub fn reader(&self, g: &GroupRef, domains: &[Domain], events: &[Event]) -> Result<GroupReader, ResctrlError> {
         let base = self.group_dir(g).join("mon_data");

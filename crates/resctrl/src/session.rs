@@ -378,6 +378,24 @@ impl ContainerGroups {
     /// Periodic upkeep (every 100 ms to 1 s): measure CPU use, re-create groups that vanished,
     /// give free RMIDs to the busiest waiting containers, and replace idle monitored
     /// containers with busy waiting ones under [`Policy`].
+    /// Threads that joined a container's cgroup from outside (`docker exec`, `nsenter`, a
+    /// process manager moving pids) do not inherit its group the way forks do: move them in.
+    fn resync_tasks(&mut self, src: &dyn Containers) {
+        let live: Vec<(String, GroupRef)> =
+            self.groups.iter().filter(|(_, m)| m.reader.is_some()).map(|(k, m)| (k.clone(), m.group.clone())).collect();
+        let Ok(_lock) = self.rc.lock() else { return };
+        for (id, g) in live {
+            let Ok(have) = self.rc.group_tasks(&g) else { continue };
+            let have: std::collections::HashSet<u32> = have.into_iter().collect();
+            let mut missing = || src.threads(&id).map(|t| t.into_iter().filter(|x| !have.contains(x)).collect());
+            if let Ok(a) = self.rc.assign_tasks(&g, &mut missing) {
+                self.stats.threads_moved += a.moved as u64;
+                self.stats.threads_vanished += a.vanished as u64;
+                self.stats.threads_refused += a.refused.len() as u64;
+            }
+        }
+    }
+
     pub fn maintain(&mut self, src: &dyn Containers, now: Duration) -> Result<(), ResctrlError> {
         let ids: Vec<String> = self.groups.keys().chain(self.waiting.keys()).cloned().collect();
         for id in &ids {
@@ -390,6 +408,7 @@ impl ContainerGroups {
                 }
             }
         }
+        self.resync_tasks(src);
         let lost: Vec<String> =
             self.groups.iter().filter(|(_, m)| m.reader.is_none()).map(|(k, _)| k.clone()).collect();
         if lost.is_empty() && self.waiting.is_empty() {
