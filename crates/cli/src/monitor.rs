@@ -158,7 +158,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
 
 fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
     let path = args.scenario.as_ref().ok_or_else(|| {
-        CliError::input("--emulate needs --scenario FILE for now (emulation driven by this host's real containers comes with the engine)")
+        CliError::input("--emulate needs --scenario FILE for now (driving the emulated cache from this host's real containers is not built yet)")
     })?;
     let scenario = Scenario::load(path).map_err(CliError::input)?;
     let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());

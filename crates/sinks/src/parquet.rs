@@ -127,7 +127,7 @@ impl Options {
             dir,
             host,
             metadata: Vec::new(),
-            flush_every: Duration::from_secs(5),
+            flush_every: Duration::from_secs(1),
             rotate_every: Duration::from_secs(600),
             rotate_bytes: 256 << 20,
             max_pending_bytes: 256 << 20,

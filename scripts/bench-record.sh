@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Collector cost of `cachescope record` on a busy emulated scenario: 100 containers on 2 L3
+# domains, sampled every 1 ms on the wall clock for SECONDS (default 20). Prints lateness,
+# CPU share of one core, peak RSS, bytes on disk, and bytes/hour per container.
+# Usage: scripts/bench-record.sh [SECONDS]
+set -euo pipefail
+secs=${1:-20}
+cd "$(dirname "$0")/.."
+cargo build --release -q -p cachescope
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+{
+  printf '[platform]\nmodel = "intel-xeon-platinum-8160"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n'
+  for i in $(seq 0 99); do
+    printf '\n[[container]]\nname = "c%02d"\ncpus = [%d]\nfootprint_mib = %d\nbandwidth_mbps = %d\nlocal_fraction = 0.8\nstart_ms = 0\n' \
+      "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
+  done
+} >"$work/s.toml"
+/usr/bin/time -f 'TIME %e %U %S %M' target/release/cachescope record --scenario "$work/s.toml" \
+  --duration "${secs}s" --output "$work/rec" 2>"$work/err" || { cat "$work/err"; exit 1; }
+grep -v '^TIME' "$work/err"
+read -r _ wall user sys rss < <(grep '^TIME' "$work/err")
+bytes=$(du -cb "$work"/rec/*.parquet | tail -1 | cut -f1)
+awk -v w="$wall" -v u="$user" -v s="$sys" -v r="$rss" -v b="$bytes" -v secs="$secs" 'BEGIN {
+  printf "collector CPU: %.1f %% of one core (user %.2f s + sys %.2f s over %.2f s)\n", 100 * (u + s) / w, u, s, w
+  printf "peak RSS: %.1f MB\n", r / 1024
+  printf "on disk: %d bytes for %d s: %.2f MB/hour for all 100 containers, %.3f MB/hour per container\n", b, secs, b / secs * 3600 / 1e6, b / secs * 3600 / 1e6 / 100
+}'
