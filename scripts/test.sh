@@ -9,6 +9,8 @@ cargo fmt --all -- --check
 echo "== clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests"
-cargo test --workspace --locked 2>&1 | tee target/test-output.txt
+out="${CARGO_TARGET_DIR:-target}/test-output.txt"
+mkdir -p "$(dirname "$out")"
+cargo test --workspace --locked 2>&1 | tee "$out"
 # One closing line over all test binaries.
-awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' target/test-output.txt
+awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$out"
