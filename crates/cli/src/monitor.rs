@@ -10,7 +10,7 @@ use cachescope_cmt::{
 };
 use cachescope_detect::{detect, HostPaths, LiveProbe};
 use cachescope_emu::{EmuPlatform, Scenario};
-use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
+use cachescope_engine::row::{ipc, mpki, ContainerMeta, Pmu, Row, Status};
 use cachescope_engine::{Ticker, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::msr::MsrDevice;
@@ -157,12 +157,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
 }
 
 fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
-    let path = args.scenario.as_ref().ok_or_else(|| {
-        CliError::input("--emulate needs --scenario FILE for now (driving the emulated cache from this host's real containers is not built yet)")
-    })?;
-    let scenario = Scenario::load(path).map_err(CliError::input)?;
-    let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
-    let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
+    let (_, model, emu) = load_emulation(args, "--emulate")?;
     let mut l3 = emu.l3().clone();
     l3.counter_width_linux = emu.counter_width();
     let caps = Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
@@ -185,6 +180,20 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
         );
     }
     run_containers(args, mode, emu, caps, &domains, &label)
+}
+
+/// The scenario, the model (`--emulate` or the scenario's) and the emulated platform;
+/// `what` names the option combination in the refusal when no scenario is given.
+pub(crate) fn load_emulation(args: &MonitorArgs, what: &str) -> Result<(Scenario, String, Arc<EmuPlatform>), CliError> {
+    let path = args.scenario.as_ref().ok_or_else(|| {
+        CliError::input(format!(
+            "{what} needs --scenario FILE (driving the emulated cache from this host's real containers is not built yet)"
+        ))
+    })?;
+    let scenario = Scenario::load(path).map_err(CliError::input)?;
+    let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
+    let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
+    Ok((scenario, model, emu))
 }
 
 /// Accumulates rows between two printed tables.
@@ -211,18 +220,22 @@ fn add_opt(acc: &mut Option<u64>, v: Option<u64>) {
 /// The plain table `monitor` prints without a terminal UI: one line per (container, domain),
 /// sorted by LLC occupancy.
 pub(crate) struct Printer {
-    /// (container id, domain) → what accumulated since the last table.
-    pub rows: BTreeMap<(String, u32), TableRow>,
-    pub period_start: Duration,
+    /// container id → domain → what accumulated since the last table (nested so adding a
+    /// row looks up by &str).
+    pub rows: BTreeMap<String, BTreeMap<u32, TableRow>>,
 }
 
 impl Printer {
     pub fn new() -> Self {
-        Printer { rows: BTreeMap::new(), period_start: Duration::ZERO }
+        Printer { rows: BTreeMap::new() }
     }
 
     pub fn add(&mut self, row: &Row) {
-        let r = self.rows.entry((row.container.id.clone(), row.domain)).or_default();
+        let doms = match self.rows.get_mut(row.container.id.as_str()) {
+            Some(d) => d,
+            None => self.rows.entry(row.container.id.clone()).or_default(),
+        };
+        let r = doms.entry(row.domain).or_default();
         if r.label.is_empty() {
             r.label = row.container.label().to_string();
         }
@@ -239,8 +252,9 @@ impl Printer {
         add_opt(&mut r.misses, row.pmu.llc_misses);
     }
 
-    pub fn print(&mut self, now: Duration, header: &str, l3_bytes: Option<u64>) {
-        let secs = (now - self.period_start).as_secs_f64().max(1e-9);
+    /// Print the table for the `period` ending at `now`, and start the next one.
+    pub fn print(&mut self, now: Duration, period: Duration, header: &str, l3_bytes: Option<u64>) {
+        let secs = period.as_secs_f64().max(1e-9);
         println!("t={:.3}s  {header}", now.as_secs_f64());
         println!(
             "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
@@ -255,8 +269,9 @@ impl Printer {
             "IPC",
             "LLC_MPKI"
         );
-        let mut rows: Vec<_> = self.rows.iter().collect();
-        rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(b.0)));
+        let mut rows: Vec<_> =
+            self.rows.iter().flat_map(|(id, doms)| doms.iter().map(move |(d, r)| ((id, d), r))).collect();
+        rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(&b.0)));
         for ((_, dom), r) in rows {
             let occ = r.occupancy.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
             let pct = match (r.occupancy, l3_bytes) {
@@ -264,14 +279,8 @@ impl Printer {
                 _ => "-".into(),
             };
             let bw = |v: u64| if r.mbm_seen { format!("{:.1}", v as f64 / secs / 1e6) } else { "-".into() };
-            let ipc = match (r.instructions, r.cycles) {
-                (Some(i), Some(c)) if c > 0 => format!("{:.2}", i as f64 / c as f64),
-                _ => "-".into(),
-            };
-            let mpki = match (r.misses, r.instructions) {
-                (Some(m), Some(i)) if i > 0 => format!("{:.2}", m as f64 * 1000.0 / i as f64),
-                _ => "-".into(),
-            };
+            let two = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+            let (ipc, mpki) = (two(ipc(r.instructions, r.cycles)), two(mpki(r.misses, r.instructions)));
             println!(
                 "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
                 r.label,
@@ -287,7 +296,7 @@ impl Printer {
             );
         }
         println!();
-        for r in self.rows.values_mut() {
+        for r in self.rows.values_mut().flat_map(|d| d.values_mut()) {
             r.total = 0;
             r.local = 0;
             r.mbm_seen = false;
@@ -295,7 +304,6 @@ impl Printer {
             r.instructions = None;
             r.misses = None;
         }
-        self.period_start = now;
     }
 }
 
@@ -408,7 +416,7 @@ fn run_containers(
                     status: Status::parse(s.status).unwrap_or(Status::Error),
                 })
                 .collect();
-            let header = || {
+            let mut header = |_: Duration| {
                 let alloc = session.allocator();
                 let mut limbo: Vec<u32> = alloc.domains().flat_map(|d| alloc.limbo(d)).collect();
                 limbo.sort_unstable();
@@ -428,7 +436,7 @@ fn run_containers(
                     },
                 }
             };
-            out.tick(t, late, missed, rows, &header);
+            out.tick(t, late, missed, rows, &mut header);
         }
         Ok(())
     })();
@@ -543,14 +551,14 @@ fn run_cores<D: MsrDevice + Clone>(
                     );
                 }
             }
-            let header = || Header {
+            let mut header = |_: Duration| Header {
                 backend: label.to_string(),
                 interval: args.msr_interval(),
                 rmids_in_use: plan.len() as u64,
                 extra: vec![format!("core groups={}", plan.len())],
                 ..Header::default()
             };
-            out.tick(t, late, missed, rows, &header);
+            out.tick(t, late, missed, rows, &mut header);
         }
         out.finish()
     })();

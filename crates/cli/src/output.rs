@@ -137,7 +137,16 @@ impl Output {
     }
 
     /// One interval ending at `t` (since the run's start): stamp and hand over its rows.
-    pub fn tick(&mut self, t: Duration, late: Duration, missed: u64, mut rows: Vec<Row>, header: &dyn Fn() -> Header) {
+    /// `header` is asked, when a table or the self-metrics are due, for the run's state over
+    /// the period given (since the last time it was asked).
+    pub fn tick(
+        &mut self,
+        t: Duration,
+        late: Duration,
+        missed: u64,
+        mut rows: Vec<Row>,
+        header: &mut dyn FnMut(Duration) -> Header,
+    ) {
         let time_ns = self.start_real_ns + t.as_nanos() as i64;
         let interval_ns = t.saturating_sub(self.prev_t).as_nanos() as i64;
         self.prev_t = t;
@@ -149,16 +158,17 @@ impl Output {
         self.period_lateness.record(late);
         self.missed += missed;
         self.ticks += 1;
-        let due = t.saturating_sub(self.last_print) >= self.print_every;
+        let period = t.saturating_sub(self.last_print);
+        let due = period >= self.print_every;
         match &mut self.sink {
             Sink::Table(p) => {
                 for r in &rows {
                     p.add(r);
                 }
                 if due {
-                    let h = header();
+                    let h = header(period);
                     let line = header_line(&h, &self.period_lateness, self.missed);
-                    p.print(t, &line, self.l3_bytes);
+                    p.print(t, period, &line, self.l3_bytes);
                 }
             }
             Sink::Jsonl => {
@@ -185,7 +195,7 @@ impl Output {
                 }
             }
             Sink::Serve { metrics, .. } => {
-                let h = due.then(header);
+                let h = due.then(|| header(period));
                 if let Ok(mut m) = metrics.lock() {
                     m.update(&rows);
                     m.observe_lateness(late);
@@ -206,7 +216,9 @@ impl Output {
     /// A container stopped.
     pub fn forget(&mut self, id: &str) {
         match &mut self.sink {
-            Sink::Table(p) => p.rows.retain(|(n, _), _| n != id),
+            Sink::Table(p) => {
+                p.rows.remove(id);
+            }
             Sink::Record { sparse, .. } => sparse.forget(id),
             Sink::Serve { metrics, .. } => {
                 if let Ok(mut m) = metrics.lock() {

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 pub struct PmuColumns {
     attr: Option<Attribution>,
-    /// Which column each counted event fills; empty when only cpu-clock is counted.
-    columns: Vec<Named>,
+    /// Which of the four PMU values (Named::ALL order) each counted event fills; empty when
+    /// only cpu-clock is counted.
+    columns: Vec<usize>,
     /// cgroup id → container id.
     pub names: BTreeMap<u64, String>,
     /// (container, domain) → per-event sums since the last take.
@@ -67,7 +68,7 @@ impl PmuColumns {
                 match r {
                     Ok(x) if usable(&x.encoded) => {
                         events.push(x.encoded);
-                        columns.push(x.named);
+                        columns.push(Named::ALL.iter().position(|n| *n == x.named).unwrap_or(0));
                     }
                     Ok(x) => missing.push(format!("{}: cannot be opened here", x.named.column())),
                     Err(u) => missing.push(format!("{}: {}", u.named.column(), u.reason)),
@@ -78,7 +79,7 @@ impl PmuColumns {
             events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
             format!("no PMU event counts here ({}); CPU time from cpu-clock instead", missing.join("; "))
         } else {
-            let names: Vec<&str> = columns.iter().map(|c| c.column()).collect();
+            let names: Vec<&str> = columns.iter().map(|&c| Named::ALL[c].column()).collect();
             let mut d = format!("eBPF, 1 ms slots: {}", names.join(", "));
             if !missing.is_empty() {
                 d.push_str(&format!(" (null: {})", missing.join("; ")));
@@ -89,15 +90,7 @@ impl PmuColumns {
         match Attribution::start(&events, &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
             Ok(mut a) => {
                 a.group_cpus(domain_of);
-                PmuColumns {
-                    attr: Some(a),
-                    columns,
-                    names: BTreeMap::new(),
-                    sums: BTreeMap::new(),
-                    cpu_ns: BTreeMap::new(),
-                    slots: 0,
-                    description,
-                }
+                PmuColumns { attr: Some(a), columns, description, ..PmuColumns::off(String::new()) }
             }
             Err(e) => PmuColumns::off(format!("eBPF attribution: {e}")),
         }
@@ -142,8 +135,7 @@ impl PmuColumns {
         let mut v = [None; 4];
         if self.attr.is_some() && !self.columns.is_empty() {
             let sums = self.sums.remove(&(id.to_string(), domain));
-            for (i, c) in self.columns.iter().enumerate() {
-                let slot = Named::ALL.iter().position(|n| n == c).unwrap_or(0);
+            for (i, &slot) in self.columns.iter().enumerate() {
                 v[slot] = Some(sums.as_ref().map_or(0, |s| s[i]));
             }
         }

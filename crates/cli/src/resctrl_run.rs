@@ -4,7 +4,7 @@
 //! (FUSE) and plays the scenario with real cgroups holding real (idle) processes, so the path
 //! from cgroup events to mkdir/tasks/pread is the real one end to end.
 
-use crate::monitor::{cpuid_summary, Clock, MonitorArgs};
+use crate::monitor::{cpuid_summary, load_emulation, Clock, MonitorArgs};
 use crate::output::{Header, Mode, Output, RunInfo};
 use crate::pmu::PmuColumns;
 use crate::CliError;
@@ -12,7 +12,7 @@ use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_cgroups::watch::{Lifecycle, Watcher};
 use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
-use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_emu::Scenario;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options};
 use cachescope_engine::row::{ContainerMeta, Row, Status};
 use cachescope_hw::cpuid::CpuidSnapshot;
@@ -131,12 +131,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
     // before the session so it drops after it.
     let _mount: Option<Mounted>;
     let rc = if emulate {
-        let path = args.scenario.as_ref().ok_or_else(|| {
-            CliError::input("--backend resctrl --emulate needs --scenario FILE (driving the emulated cache from this host's real containers comes with the engine)")
-        })?;
-        let scenario = Scenario::load(path).map_err(CliError::input)?;
-        let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
-        let platform = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
+        let (scenario, model, platform) = load_emulation(args, "--backend resctrl --emulate")?;
         l3_bytes = Some(platform.l3_bytes());
         cpu = Some(platform.cpu_info().clone());
         let p = Play::new(&h, &scenario)?;
@@ -174,7 +169,6 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
     let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(CliError::unavailable)?;
     let mut clock = Clock::new(interval, args.duration, false)?;
     let mut last_maintain = Duration::ZERO;
-    let mut last_cpu_line = Duration::ZERO;
     let mut pmu = PmuColumns::start(interval);
     if !pmu.is_on() || pmu.description.starts_with("no PMU") {
         eprintln!("cachescope: PMU columns: {}", pmu.description);
@@ -264,18 +258,11 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                 last_maintain = t;
                 session.maintain(&src, t).map_err(CliError::unavailable)?;
             }
-            // Same cadence as the table: the CPU line covers the period the table does.
-            let cpu_line = if t.saturating_sub(last_cpu_line) >= args.print_every {
-                let l = pmu.cpu_line(t.saturating_sub(last_cpu_line));
-                last_cpu_line = t;
-                l
-            } else {
-                None
-            };
-            let header = || {
+            let mut header = |period: Duration| {
                 let st = session.stats();
                 let mut extra = vec![format!("groups={} reads={}", session.monitored().count(), st.reads)];
-                extra.extend(cpu_line.clone());
+                // The CPU line covers the period the table does.
+                extra.extend(pmu.cpu_line(period));
                 if !session.waiting().is_empty() {
                     let w: Vec<String> =
                         session.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
@@ -290,7 +277,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                     extra,
                 }
             };
-            out.tick(t, late, missed, rows, &header);
+            out.tick(t, late, missed, rows, &mut header);
         }
         out.finish()
     })();

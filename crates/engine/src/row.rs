@@ -78,6 +78,22 @@ impl Pmu {
     }
 }
 
+/// Instructions per cycle, where both were counted and cycles ran.
+pub fn ipc(instructions: Option<u64>, cycles: Option<u64>) -> Option<f64> {
+    match (instructions, cycles) {
+        (Some(i), Some(c)) if c > 0 => Some(i as f64 / c as f64),
+        _ => None,
+    }
+}
+
+/// LLC misses per thousand instructions, where both were counted and instructions ran.
+pub fn mpki(misses: Option<u64>, instructions: Option<u64>) -> Option<f64> {
+    match (misses, instructions) {
+        (Some(m), Some(i)) if i > 0 => Some(m as f64 * 1000.0 / i as f64),
+        _ => None,
+    }
+}
+
 /// One row of §5.3.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
@@ -94,4 +110,13 @@ pub struct Row {
     pub mbm_local_bytes: Option<u64>,
     pub pmu: Pmu,
     pub status: Status,
+}
+
+impl Row {
+    /// The per-interval counters in §5.3 column order: MBM total, MBM local, cycles,
+    /// instructions, LLC references, LLC misses.
+    pub fn counters(&self) -> [Option<u64>; 6] {
+        let [c, i, r, m] = self.pmu.values();
+        [self.mbm_total_bytes, self.mbm_local_bytes, c, i, r, m]
+    }
 }

@@ -22,33 +22,19 @@ pub struct Sparse {
     keyframe_ns: i64,
     /// Start of the current keyframe period (CLOCK_REALTIME ns, aligned to keyframe_ns).
     period: Option<i64>,
-    last: HashMap<(String, u32), Kept>,
+    /// container id → domain → the last row kept (nested so the hot path looks up by &str
+    /// and allocates only for a new container).
+    last: HashMap<String, HashMap<u32, Kept>>,
     pub kept: u64,
     pub skipped: u64,
 }
 
-fn present(r: &Row) -> u8 {
-    let vals = [
-        r.mbm_total_bytes,
-        r.mbm_local_bytes,
-        r.pmu.cycles,
-        r.pmu.instructions,
-        r.pmu.llc_references,
-        r.pmu.llc_misses,
-    ];
-    vals.iter().enumerate().fold(0, |acc, (i, v)| acc | (u8::from(v.is_some()) << i))
+fn present(counters: &[Option<u64>; 6]) -> u8 {
+    counters.iter().enumerate().fold(0, |acc, (i, v)| acc | (u8::from(v.is_some()) << i))
 }
 
-fn moved(r: &Row) -> bool {
-    let vals = [
-        r.mbm_total_bytes,
-        r.mbm_local_bytes,
-        r.pmu.cycles,
-        r.pmu.instructions,
-        r.pmu.llc_references,
-        r.pmu.llc_misses,
-    ];
-    vals.iter().any(|v| v.is_some_and(|x| x > 0))
+fn moved(counters: &[Option<u64>; 6]) -> bool {
+    counters.iter().any(|v| v.is_some_and(|x| x > 0))
 }
 
 impl Sparse {
@@ -72,11 +58,13 @@ impl Sparse {
         self.period = Some(period);
         let mut out = Vec::with_capacity(if keyframe { rows.len() } else { rows.len() / 4 });
         for r in rows {
-            let now = Kept { occupancy: r.llc_occupancy_bytes, rmid: r.rmid, status: r.status, present: present(&r) };
-            let key = (r.container.id.clone(), r.domain);
+            let counters = r.counters();
+            let now =
+                Kept { occupancy: r.llc_occupancy_bytes, rmid: r.rmid, status: r.status, present: present(&counters) };
+            let prev = self.last.get(r.container.id.as_str()).and_then(|d| d.get(&r.domain));
             let keep = keyframe
-                || moved(&r)
-                || match self.last.get(&key) {
+                || moved(&counters)
+                || match prev {
                     None => true,
                     Some(k) => {
                         k.rmid != now.rmid
@@ -89,7 +77,14 @@ impl Sparse {
                     }
                 };
             if keep {
-                self.last.insert(key, now);
+                match self.last.get_mut(r.container.id.as_str()) {
+                    Some(d) => {
+                        d.insert(r.domain, now);
+                    }
+                    None => {
+                        self.last.insert(r.container.id.clone(), HashMap::from([(r.domain, now)]));
+                    }
+                }
                 self.kept += 1;
                 out.push(r);
             } else {
@@ -101,7 +96,7 @@ impl Sparse {
 
     /// A container stopped: forget it, so a later one with the same id starts fresh.
     pub fn forget(&mut self, id: &str) {
-        self.last.retain(|(k, _), _| k != id);
+        self.last.remove(id);
     }
 }
 

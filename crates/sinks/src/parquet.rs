@@ -89,8 +89,7 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
         strs[5].append_value(&c.cgroup_path);
         domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));
         rmid.append_option(r.rmid.map(|x| i32::try_from(x).unwrap_or(i32::MAX)));
-        let v = [r.llc_occupancy_bytes, r.mbm_total_bytes, r.mbm_local_bytes];
-        for (b, x) in vals.iter_mut().zip(v.into_iter().chain(r.pmu.values())) {
+        for (b, x) in vals.iter_mut().zip(std::iter::once(r.llc_occupancy_bytes).chain(r.counters())) {
             b.append_option(i64v(x));
         }
         status.append_value(r.status.as_str());

@@ -33,7 +33,8 @@ struct Series {
 
 #[derive(Default)]
 pub struct Metrics {
-    series: BTreeMap<(String, u32), Series>,
+    /// container id → domain → series (nested so an update looks up by &str).
+    series: BTreeMap<String, BTreeMap<u32, Series>>,
     pub rmids_in_use: u64,
     pub rmids_limbo: u64,
     pub containers_unmonitored: u64,
@@ -64,18 +65,14 @@ impl Metrics {
     /// Take one interval's rows (all of them, not the sparse subset).
     pub fn update(&mut self, rows: &[Row]) {
         for r in rows {
-            let s = self.series.entry((r.container.id.clone(), r.domain)).or_default();
+            let doms = match self.series.get_mut(r.container.id.as_str()) {
+                Some(d) => d,
+                None => self.series.entry(r.container.id.clone()).or_default(),
+            };
+            let s = doms.entry(r.domain).or_default();
             s.meta = r.container.clone();
             s.occupancy = r.llc_occupancy_bytes;
-            let v = [
-                r.mbm_total_bytes,
-                r.mbm_local_bytes,
-                r.pmu.cycles,
-                r.pmu.instructions,
-                r.pmu.llc_references,
-                r.pmu.llc_misses,
-            ];
-            for (t, x) in s.totals.iter_mut().zip(v) {
+            for (t, x) in s.totals.iter_mut().zip(r.counters()) {
                 if let Some(x) = x {
                     *t = Some(t.unwrap_or(0).wrapping_add(x));
                 }
@@ -105,7 +102,7 @@ impl Metrics {
 
     /// A container stopped: its series leave the page.
     pub fn forget(&mut self, id: &str) {
-        self.series.retain(|(k, _), _| k != id);
+        self.series.remove(id);
     }
 
     fn labels(m: &ContainerMeta, domain: u32) -> String {
@@ -121,10 +118,10 @@ impl Metrics {
 
     /// The page.
     pub fn render(&self) -> String {
-        let mut o = String::with_capacity(256 + self.series.len() * 7 * 200);
+        let mut o = String::with_capacity(256 + self.series.len() * 2 * 7 * 200);
         let _ = writeln!(o, "# HELP cachescope_llc_occupancy_bytes Last-level cache bytes held by the container's RMID in this L3 domain.");
         let _ = writeln!(o, "# TYPE cachescope_llc_occupancy_bytes gauge");
-        for ((_, d), s) in &self.series {
+        for (d, s) in self.series.values().flatten() {
             if let Some(v) = s.occupancy {
                 let _ = writeln!(o, "cachescope_llc_occupancy_bytes{{{}}} {v}", Self::labels(&s.meta, *d));
             }
@@ -132,7 +129,7 @@ impl Metrics {
         for (i, (name, help)) in COUNTERS.iter().enumerate() {
             let _ = writeln!(o, "# HELP {name} {help}");
             let _ = writeln!(o, "# TYPE {name} counter");
-            for ((_, d), s) in &self.series {
+            for (d, s) in self.series.values().flatten() {
                 if let Some(v) = s.totals[i] {
                     let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
                 }

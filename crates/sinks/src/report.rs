@@ -6,6 +6,7 @@ use crate::SinkError;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
+use cachescope_engine::row::{ipc, mpki};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -215,7 +216,9 @@ fn summarize_one(id: String, mut acc: Acc) -> Summary {
     } else {
         per_second.values().copied().collect()
     };
-    let (cycles, instructions, misses) = (sum(|p| p.cycles), sum(|p| p.instructions), sum(|p| p.misses));
+    // Counts are never negative on disk; the columns are int64 only because Parquet has no u64.
+    let counted = |f: fn(&Point) -> Option<i64>| sum(f).map(|x| x.max(0) as u64);
+    let (cycles, instructions, misses) = (counted(|p| p.cycles), counted(|p| p.instructions), counted(|p| p.misses));
     Summary {
         container_id: id,
         container_name: acc.name,
@@ -227,14 +230,8 @@ fn summarize_one(id: String, mut acc: Acc) -> Summary {
         mbm_total_mean_bytes_per_sec: per_sec(sum(|p| p.mbm_total)),
         mbm_total_peak_bytes_per_sec: whole.iter().max().map(|b| *b as f64),
         mbm_local_mean_bytes_per_sec: per_sec(sum(|p| p.mbm_local)),
-        ipc: match (instructions, cycles) {
-            (Some(i), Some(c)) if c > 0 => Some(i as f64 / c as f64),
-            _ => None,
-        },
-        llc_mpki: match (misses, instructions) {
-            (Some(m), Some(i)) if i > 0 => Some(m as f64 * 1000.0 / i as f64),
-            _ => None,
-        },
+        ipc: ipc(instructions, cycles),
+        llc_mpki: mpki(misses, instructions),
         no_rmid_share: if held_total > 0 { held_no_rmid as f64 / held_total as f64 } else { 0.0 },
     }
 }
