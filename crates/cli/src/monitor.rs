@@ -252,11 +252,14 @@ impl Printer {
         add_opt(&mut r.misses, row.pmu.llc_misses);
     }
 
-    /// Print the table for the `period` ending at `now`, and start the next one.
-    pub fn print(&mut self, now: Duration, period: Duration, header: &str, l3_bytes: Option<u64>) {
+    /// The table for the `period` ending at `now`; the next period starts.
+    pub fn render(&mut self, now: Duration, period: Duration, header: &str, l3_bytes: Option<u64>) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
         let secs = period.as_secs_f64().max(1e-9);
-        println!("t={:.3}s  {header}", now.as_secs_f64());
-        println!(
+        let _ = writeln!(o, "t={:.3}s  {header}", now.as_secs_f64());
+        let _ = writeln!(
+            o,
             "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
             "CONTAINER",
             "DOMAIN",
@@ -281,7 +284,8 @@ impl Printer {
             let bw = |v: u64| if r.mbm_seen { format!("{:.1}", v as f64 / secs / 1e6) } else { "-".into() };
             let two = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
             let (ipc, mpki) = (two(ipc(r.instructions, r.cycles)), two(mpki(r.misses, r.instructions)));
-            println!(
+            let _ = writeln!(
+                o,
                 "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
                 r.label,
                 dom,
@@ -295,7 +299,7 @@ impl Printer {
                 mpki
             );
         }
-        println!();
+        let _ = writeln!(o);
         for r in self.rows.values_mut().flat_map(|d| d.values_mut()) {
             r.total = 0;
             r.local = 0;
@@ -304,6 +308,7 @@ impl Printer {
             r.instructions = None;
             r.misses = None;
         }
+        o
     }
 }
 
@@ -436,7 +441,9 @@ fn run_containers(
                     },
                 }
             };
-            out.tick(t, late, missed, rows, &mut header);
+            if !out.tick(t, late, missed, rows, &mut header) {
+                break;
+            }
         }
         Ok(())
     })();
@@ -558,7 +565,9 @@ fn run_cores<D: MsrDevice + Clone>(
                 extra: vec![format!("core groups={}", plan.len())],
                 ..Header::default()
             };
-            out.tick(t, late, missed, rows, &mut header);
+            if !out.tick(t, late, missed, rows, &mut header) {
+                break;
+            }
         }
         out.finish()
     })();

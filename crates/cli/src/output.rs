@@ -138,7 +138,8 @@ impl Output {
 
     /// One interval ending at `t` (since the run's start): stamp and hand over its rows.
     /// `header` is asked, when a table or the self-metrics are due, for the run's state over
-    /// the period given (since the last time it was asked).
+    /// the period given (since the last time it was asked). False when the run should stop:
+    /// stdout was closed (`monitor | head`).
     pub fn tick(
         &mut self,
         t: Duration,
@@ -146,7 +147,7 @@ impl Output {
         missed: u64,
         mut rows: Vec<Row>,
         header: &mut dyn FnMut(Duration) -> Header,
-    ) {
+    ) -> bool {
         let time_ns = self.start_real_ns + t.as_nanos() as i64;
         let interval_ns = t.saturating_sub(self.prev_t).as_nanos() as i64;
         self.prev_t = t;
@@ -168,14 +169,16 @@ impl Output {
                 if due {
                     let h = header(period);
                     let line = header_line(&h, &self.period_lateness, self.missed);
-                    p.print(t, period, &line, self.l3_bytes);
+                    let table = p.render(t, period, &line, self.l3_bytes);
+                    if std::io::stdout().lock().write_all(table.as_bytes()).is_err() {
+                        return false;
+                    }
                 }
             }
             Sink::Jsonl => {
-                let out = std::io::stdout();
-                let mut lock = out.lock();
-                // A closed stdout (e.g. `| head`) ends nothing here; the run stops on its own.
-                let _ = cachescope_sinks::jsonl::write_rows(&mut lock, &self.host, &rows);
+                if cachescope_sinks::jsonl::write_rows(&mut std::io::stdout().lock(), &self.host, &rows).is_err() {
+                    return false;
+                }
             }
             Sink::Record { rec, sparse, failing, .. } => {
                 rec.send(sparse.filter(rows));
@@ -211,6 +214,7 @@ impl Output {
             self.last_print = t;
             self.period_lateness = Lateness::default();
         }
+        true
     }
 
     /// A container stopped.

@@ -277,7 +277,9 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                     extra,
                 }
             };
-            out.tick(t, late, missed, rows, &mut header);
+            if !out.tick(t, late, missed, rows, &mut header) {
+                break;
+            }
         }
         out.finish()
     })();
