@@ -2,6 +2,7 @@
 //! DESIGN.md §5.1: 0 success, 2 bad usage or bad input, 3 requested backend unavailable.
 
 mod duration;
+mod host_drive;
 mod info;
 mod monitor;
 mod output;

@@ -2,9 +2,11 @@
 //! periodically. Today: the emulated platform (scenario containers, or core groups) and the
 //! msr backend with core groups. The live TUI, sinks and host containers come with the engine.
 
+use crate::host_drive::{self, HostDrive};
 use crate::output::{Header, Mode, Output, RunInfo};
 use crate::{duration, CliError};
 use anyhow::anyhow;
+use cachescope_cgroups::identity::Glob;
 use cachescope_cmt::{
     parse_core_groups, sample_rmid, Caps, ContainerRmids, CorePinning, MbmTracker, Reader, Retries, TaskTagger,
 };
@@ -157,13 +159,21 @@ pub fn run(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
 }
 
 fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
+    if args.scenario.is_none() && args.cores.is_none() {
+        let model =
+            args.emulate.as_deref().ok_or_else(|| CliError::input("--backend emulated needs --emulate MODEL"))?;
+        let (emu, host) = host_drive::start(model, container_globs(args)?, args.msr_interval())?;
+        let label = format!("emulated ({model}) driven by host containers");
+        eprintln!(
+            "cachescope: LLC occupancy and memory bandwidth are EMULATED ({model}, this host's L3 shape), driven by {}",
+            host.driver
+        );
+        return run_containers(args, mode, emu, Drive::Host(Box::new(host)), &label);
+    }
     let (_, model, emu) = load_emulation(args, "--emulate")?;
-    let mut l3 = emu.l3().clone();
-    l3.counter_width_linux = emu.counter_width();
-    let caps = Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
-    let domains = emu.domains();
     let label = format!("emulated ({model})");
     if let Some(groups) = &args.cores {
+        let (caps, domains) = emu_caps(&emu);
         let e2 = emu.clone();
         let domain_of = move |cpu: u32| Some(e2.domain_of_cpu(cpu));
         return run_cores(
@@ -179,17 +189,29 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
             &label,
         );
     }
-    run_containers(args, mode, emu, caps, &domains, &label)
+    run_containers(args, mode, emu, Drive::Scenario(BTreeMap::new()), &label)
+}
+
+/// The emulated platform's monitoring capabilities and L3 domains.
+fn emu_caps(emu: &EmuPlatform) -> (Caps, Vec<(u32, Vec<u32>)>) {
+    let mut l3 = emu.l3().clone();
+    l3.counter_width_linux = emu.counter_width();
+    (Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid)), emu.domains())
+}
+
+/// `--containers`: globs over cgroup paths beyond the runtimes recognised by name (`auto`).
+pub(crate) fn container_globs(args: &MonitorArgs) -> Result<Vec<Glob>, CliError> {
+    args.containers
+        .iter()
+        .filter(|g| *g != "auto")
+        .map(|g| Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
+        .collect()
 }
 
 /// The scenario, the model (`--emulate` or the scenario's) and the emulated platform;
 /// `what` names the option combination in the refusal when no scenario is given.
 pub(crate) fn load_emulation(args: &MonitorArgs, what: &str) -> Result<(Scenario, String, Arc<EmuPlatform>), CliError> {
-    let path = args.scenario.as_ref().ok_or_else(|| {
-        CliError::input(format!(
-            "{what} needs --scenario FILE (driving the emulated cache from this host's real containers is not built yet)"
-        ))
-    })?;
+    let path = args.scenario.as_ref().ok_or_else(|| CliError::input(format!("{what} needs --scenario FILE")))?;
     let scenario = Scenario::load(path).map_err(CliError::input)?;
     let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
     let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
@@ -366,16 +388,73 @@ fn check_interval(args: &MonitorArgs, caps: &Caps) -> Result<MbmTracker, CliErro
     Ok(tracker)
 }
 
+/// Where the containers of an emulated run come from.
+enum Drive {
+    /// The scenario's, on its schedule: id → metadata of those running.
+    Scenario(BTreeMap<String, Arc<ContainerMeta>>),
+    /// This host's, driving the emulated cache with their measured traffic.
+    Host(Box<HostDrive>),
+}
+
+impl Drive {
+    /// Advance the platform to `t` (last tick at `prev`); containers started and stopped.
+    fn step(&mut self, emu: &EmuPlatform, t: Duration, prev: Duration) -> (Vec<String>, Vec<String>) {
+        match self {
+            Drive::Scenario(known) => {
+                emu.advance_to(t);
+                let running = emu.running_containers();
+                let stopped: Vec<String> = known.keys().filter(|c| !running.contains(c)).cloned().collect();
+                for c in &stopped {
+                    known.remove(c);
+                }
+                let started: Vec<String> = running.into_iter().filter(|c| !known.contains_key(c)).collect();
+                for c in &started {
+                    known.insert(c.clone(), ContainerMeta::named(c));
+                }
+                (started, stopped)
+            }
+            Drive::Host(h) => {
+                let changes = h.lifecycle(emu);
+                h.feed(emu, t.saturating_sub(prev));
+                emu.advance_to(t);
+                changes
+            }
+        }
+    }
+
+    fn meta(&self, id: &str) -> Arc<ContainerMeta> {
+        let known = match self {
+            Drive::Scenario(k) => k,
+            Drive::Host(h) => &h.metas,
+        };
+        known.get(id).cloned().unwrap_or_else(|| ContainerMeta::named(id))
+    }
+
+    fn count(&self) -> usize {
+        match self {
+            Drive::Scenario(k) => k.len(),
+            Drive::Host(h) => h.metas.len(),
+        }
+    }
+
+    fn pmu(&self, id: &str, domain: u32) -> Pmu {
+        match self {
+            Drive::Scenario(_) => Pmu::default(),
+            Drive::Host(h) => h.pmu_values(id, domain),
+        }
+    }
+}
+
 fn run_containers(
     args: &MonitorArgs,
     mode: &Mode,
     emu: Arc<EmuPlatform>,
-    caps: Caps,
-    domains: &[(u32, Vec<u32>)],
+    mut drive: Drive,
     label: &str,
 ) -> Result<(), CliError> {
+    let (caps, domains) = emu_caps(&emu);
     let tracker = check_interval(args, &caps)?;
-    let reader = Reader::new(emu.clone(), caps.clone(), domains, Retries::default());
+    let reader = Reader::new(emu.clone(), caps.clone(), &domains, Retries::default());
     let cfg = Config {
         max_rmid: caps.max_rmid,
         threshold_bytes: Config::default_threshold(emu.l3_bytes(), caps.max_rmid),
@@ -383,26 +462,29 @@ fn run_containers(
     };
     let mut session = ContainerRmids::new(reader.domain_ids(), cfg, tracker);
     let tagger = EmuTagger(emu.clone());
-    let mut known: BTreeMap<String, Arc<ContainerMeta>> = BTreeMap::new();
     let mut clock = Clock::new(args.msr_interval(), args.duration, args.fast)?;
-    let mut out =
-        Output::new(mode, args.print_every, run_info(label, emu.cpu_info(), &caps, Some(emu.l3_bytes()), &[]))?;
+    let mut extra = Vec::new();
+    if let Drive::Host(h) = &drive {
+        extra.push(("cachescope.pmu".to_string(), h.pmu.description.clone()));
+        extra.push((
+            "cachescope.emulated".to_string(),
+            format!("llc_occupancy_bytes and mbm_* are emulated, driven by {}", h.driver),
+        ));
+    }
+    let info = run_info(label, emu.cpu_info(), &caps, Some(emu.l3_bytes()), &extra);
+    let mut out = Output::new(mode, args.print_every, info)?;
     let fail = |e: cachescope_cmt::SessionError| CliError::Unavailable(anyhow!(e));
+    let mut prev = Duration::ZERO;
     let result = (|| -> Result<(), CliError> {
         while let Some((t, late, missed)) = clock.next() {
-            emu.advance_to(t);
-            let running = emu.running_containers();
-            let gone: Vec<String> = known.keys().filter(|c| !running.contains(c)).cloned().collect();
-            for c in gone {
+            let (started, stopped) = drive.step(&emu, t, prev);
+            prev = t;
+            for c in stopped {
                 session.stop(&c, &tagger, t).map_err(fail)?;
-                known.remove(&c);
                 out.forget(&c);
             }
-            for c in running {
-                if !known.contains_key(&c) {
-                    session.start(&c, &tagger).map_err(fail)?;
-                    known.insert(c.clone(), ContainerMeta::named(&c));
-                }
+            for c in started {
+                session.start(&c, &tagger).map_err(fail)?;
             }
             let rows: Vec<Row> = session
                 .sample(&reader, &tagger, t)
@@ -411,34 +493,38 @@ fn run_containers(
                 .map(|s| Row {
                     time_ns: 0,
                     interval_ns: 0,
-                    container: known.get(&s.container).cloned().unwrap_or_else(|| ContainerMeta::named(&s.container)),
+                    container: drive.meta(&s.container),
                     domain: s.domain,
                     rmid: s.rmid,
                     llc_occupancy_bytes: s.occupancy_bytes,
                     mbm_total_bytes: s.mbm_total_bytes,
                     mbm_local_bytes: s.mbm_local_bytes,
-                    pmu: Pmu::default(),
+                    pmu: drive.pmu(&s.container, s.domain),
                     status: Status::parse(s.status).unwrap_or(Status::Error),
                 })
                 .collect();
-            let mut header = |_: Duration| {
+            let mut header = |period: Duration| {
                 let alloc = session.allocator();
                 let mut limbo: Vec<u32> = alloc.domains().flat_map(|d| alloc.limbo(d)).collect();
                 limbo.sort_unstable();
                 limbo.dedup();
+                let mut extra = Vec::new();
+                if let Drive::Host(h) = &mut drive {
+                    extra.push(format!("EMULATED occupancy and bandwidth, driven by {}", h.driver));
+                    extra.extend(h.pmu.cpu_line(period));
+                }
                 let waiting: Vec<String> =
                     session.unmonitored().iter().map(|(c, why)| format!("{c} ({why})")).collect();
+                if !waiting.is_empty() {
+                    extra.push(format!("without RMID: {}", waiting.join(", ")));
+                }
                 Header {
                     backend: label.to_string(),
                     interval: args.msr_interval(),
-                    rmids_in_use: (known.len() - session.unmonitored().len()) as u64,
+                    rmids_in_use: (drive.count() - session.unmonitored().len()) as u64,
                     rmids_limbo: limbo.len() as u64,
                     unmonitored: session.unmonitored().len() as u64,
-                    extra: if waiting.is_empty() {
-                        vec![]
-                    } else {
-                        vec![format!("without RMID: {}", waiting.join(", "))]
-                    },
+                    extra,
                 }
             };
             if !out.tick(t, late, missed, rows, &mut header) {
@@ -447,6 +533,9 @@ fn run_containers(
         }
         Ok(())
     })();
+    if let Drive::Host(h) = drive {
+        h.stop();
+    }
     let fin = out.finish();
     result.and(fin)
 }

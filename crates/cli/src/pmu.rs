@@ -100,6 +100,11 @@ impl PmuColumns {
         self.attr.is_some()
     }
 
+    /// Whether the llc_misses column is counted.
+    pub fn counts_llc_misses(&self) -> bool {
+        self.attr.is_some() && self.columns.iter().any(|&c| Named::ALL[c] == Named::LlcMisses)
+    }
+
     /// Pull completed slots out of the kernel.
     pub fn drain(&mut self) {
         let Some(a) = self.attr.as_mut() else { return };
@@ -114,11 +119,11 @@ impl PmuColumns {
                     let Some(id) = self.names.get(&r.cgroup_id) else { continue };
                     if self.columns.is_empty() {
                         *self.cpu_ns.entry(id.clone()).or_default() += r.values[0];
-                    } else {
-                        let s = self.sums.entry((id.clone(), r.domain)).or_insert_with(|| vec![0; self.columns.len()]);
-                        for (x, v) in s.iter_mut().zip(&r.values) {
-                            *x += v;
-                        }
+                    }
+                    let n = self.columns.len().max(1);
+                    let s = self.sums.entry((id.clone(), r.domain)).or_insert_with(|| vec![0; n]);
+                    for (x, v) in s.iter_mut().zip(&r.values) {
+                        *x += v;
                     }
                 }
             }
@@ -130,16 +135,21 @@ impl PmuColumns {
         }
     }
 
-    /// This interval's counts for (container, domain); None columns where not counted.
-    pub fn take(&mut self, id: &str, domain: u32) -> PmuValues {
+    /// This interval's counts for (container, domain): None columns where not counted, and
+    /// the CPU time (ns) charged to it where only cpu-clock counts.
+    pub fn take(&mut self, id: &str, domain: u32) -> (PmuValues, Option<u64>) {
         let mut v = [None; 4];
-        if self.attr.is_some() && !self.columns.is_empty() {
-            let sums = self.sums.remove(&(id.to_string(), domain));
-            for (i, &slot) in self.columns.iter().enumerate() {
-                v[slot] = Some(sums.as_ref().map_or(0, |s| s[i]));
-            }
+        let sums = self.sums.remove(&(id.to_string(), domain));
+        if self.attr.is_none() {
+            return (PmuValues::from_values(v), None);
         }
-        PmuValues::from_values(v)
+        if self.columns.is_empty() {
+            return (PmuValues::from_values(v), Some(sums.map_or(0, |s| s[0])));
+        }
+        for (i, &slot) in self.columns.iter().enumerate() {
+            v[slot] = Some(sums.as_ref().map_or(0, |s| s[i]));
+        }
+        (PmuValues::from_values(v), None)
     }
 
     /// A header line of CPU use per container when only cpu-clock is counted; resets.

@@ -118,11 +118,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
             h.description
         )));
     }
-    let mut globs = Vec::new();
-    // `auto` (the default) is the runtimes recognised by name: no extra globs.
-    for g in args.containers.iter().filter(|g| *g != "auto") {
-        globs.push(Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}")))?);
-    }
+    let mut globs = crate::monitor::container_globs(args)?;
     let mut play = None;
     let mut label = "resctrl".to_string();
     let mut l3_bytes = None;
@@ -130,6 +126,11 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
     // The emulated mount, held to the end of this function (dropping it unmounts); declared
     // before the session so it drops after it.
     let _mount: Option<Mounted>;
+    if emulate && args.scenario.is_none() {
+        return Err(CliError::input(
+            "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
+        ));
+    }
     let rc = if emulate {
         let (scenario, model, platform) = load_emulation(args, "--backend resctrl --emulate")?;
         l3_bytes = Some(platform.l3_bytes());
@@ -250,7 +251,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                     llc_occupancy_bytes: s.occupancy_bytes,
                     mbm_total_bytes: s.mbm_total_bytes,
                     mbm_local_bytes: s.mbm_local_bytes,
-                    pmu: pmu.take(&s.container, s.domain),
+                    pmu: pmu.take(&s.container, s.domain).0,
                     status: Status::parse(s.status).unwrap_or(Status::Error),
                 })
                 .collect();

@@ -189,6 +189,21 @@ impl EmuPlatform {
         self.lock().model.running()
     }
 
+    /// Add a container driven from outside (see [`CacheModel::add_driven`]).
+    pub fn add_driven(&self, name: &str) -> bool {
+        self.lock().model.add_driven(name)
+    }
+
+    /// Set a driven container's traffic in `domain` (bytes per second) until set again.
+    pub fn set_rate(&self, name: &str, domain: u32, bytes_per_sec: f64) -> bool {
+        self.lock().model.set_rate(name, domain, bytes_per_sec)
+    }
+
+    /// Stop a driven container; its lines stay until evicted.
+    pub fn stop_driven(&self, name: &str) -> bool {
+        self.lock().model.stop_driven(name)
+    }
+
     /// The kernel's part: tag the threads of `container` with `rmid` (None: back to the
     /// default, RMID 0 / the CPU's PQR_ASSOC).
     pub fn tag_container(&self, container: &str, rmid: Option<u32>) -> bool {

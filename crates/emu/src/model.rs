@@ -32,6 +32,9 @@ struct Container {
     stop: Option<Duration>,
     /// RMID given by the engine (task-based tagging); None: the CPU's PQR_ASSOC RMID.
     tag: Option<u32>,
+    /// Driven from outside (a host container's measured misses): bytes per second per
+    /// domain, set each interval; `cpus`, `bandwidth` and `footprint` are then unused.
+    driven: Option<Vec<f64>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -74,6 +77,7 @@ impl CacheModel {
                     start: Duration::from_millis(c.start_ms),
                     stop: c.stop_ms.map(Duration::from_millis),
                     tag: None,
+                    driven: None,
                 })
                 .collect(),
             domains: vec![Domain::default(); p.domains as usize],
@@ -98,8 +102,57 @@ impl CacheModel {
         self.containers.iter().filter(|c| self.is_running(c)).map(|c| c.name.clone()).collect()
     }
 
+    /// Add a container whose traffic is set from outside ([`set_rate`](Self::set_rate)),
+    /// running from now on. Every byte of its traffic is a line fill (each LLC miss brings a
+    /// line in), up to the L3 size: its working set is unknown, so nothing caps it lower.
+    /// False when a container of that name is running already.
+    pub fn add_driven(&mut self, name: &str) -> bool {
+        if self.containers.iter().any(|c| c.name == name && self.is_running(c)) {
+            return false;
+        }
+        // A name that comes back (a restarted container) gets a fresh entry: its old lines
+        // stay with the old one until evicted, as a stopped container's do.
+        self.containers.push(Container {
+            name: name.to_string(),
+            cpus: Vec::new(),
+            footprint: self.l3,
+            bandwidth: 0.0,
+            local_fraction: 1.0,
+            start: self.now,
+            stop: None,
+            tag: None,
+            driven: Some(vec![0.0; self.domains.len()]),
+        });
+        true
+    }
+
+    /// Set a driven container's memory traffic in `domain`, bytes per second, until set again.
+    pub fn set_rate(&mut self, name: &str, domain: u32, bytes_per_sec: f64) -> bool {
+        let now = self.now;
+        let running = |c: &Container| c.start <= now && c.stop.is_none_or(|s| now < s);
+        match self.containers.iter_mut().rev().find(|c| c.name == name && running(c)) {
+            Some(Container { driven: Some(rates), .. }) if (domain as usize) < rates.len() => {
+                rates[domain as usize] = bytes_per_sec.max(0.0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Stop a driven container now; its lines stay until others' fills evict them.
+    pub fn stop_driven(&mut self, name: &str) -> bool {
+        let now = self.now;
+        match self.containers.iter_mut().rev().find(|c| c.name == name && c.driven.is_some() && c.stop.is_none()) {
+            Some(c) => {
+                c.stop = Some(now);
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn tag(&mut self, name: &str, rmid: Option<u32>) -> bool {
-        match self.containers.iter_mut().find(|c| c.name == name) {
+        match self.containers.iter_mut().rev().find(|c| c.name == name) {
             Some(c) => {
                 c.tag = rmid;
                 true
@@ -115,10 +168,11 @@ impl CacheModel {
     }
 
     pub fn container_occupancy(&self, domain: u32, name: &str) -> f64 {
-        let Some(i) = self.containers.iter().position(|c| c.name == name) else { return 0.0 };
+        // Every entry of that name: a restarted driven container's old lines count too.
+        let ids: Vec<usize> = (0..self.containers.len()).filter(|&i| self.containers[i].name == name).collect();
         self.domains
             .get(domain as usize)
-            .map_or(0.0, |d| d.lines.iter().filter(|((c, _), _)| *c == i).map(|(_, b)| b).sum())
+            .map_or(0.0, |d| d.lines.iter().filter(|((c, _), _)| ids.contains(c)).map(|(_, b)| b).sum())
     }
 
     pub fn domain_total(&self, domain: u32) -> f64 {
@@ -169,16 +223,26 @@ impl CacheModel {
                 if !self.is_running(c) {
                     continue;
                 }
-                let here: Vec<u32> = c.cpus.iter().copied().filter(|&cpu| cpu >= lo && cpu < hi).collect();
-                if here.is_empty() {
-                    continue;
-                }
-                let share = here.len() as f64 / c.cpus.len() as f64;
-                let traffic = c.bandwidth * secs * share;
-                let tags: Vec<u32> = here.iter().map(|&cpu| c.tag.unwrap_or_else(|| pqr_rmid(cpu))).collect();
+                let (tags, traffic, footprint) = match &c.driven {
+                    Some(rates) => {
+                        let r = rates.get(d).copied().unwrap_or(0.0);
+                        if r <= 0.0 {
+                            continue;
+                        }
+                        (vec![c.tag.unwrap_or(0)], r * secs, c.footprint)
+                    }
+                    None => {
+                        let here: Vec<u32> = c.cpus.iter().copied().filter(|&cpu| cpu >= lo && cpu < hi).collect();
+                        if here.is_empty() {
+                            continue;
+                        }
+                        let share = here.len() as f64 / c.cpus.len() as f64;
+                        let tags = here.iter().map(|&cpu| c.tag.unwrap_or_else(|| pqr_rmid(cpu))).collect();
+                        (tags, c.bandwidth * secs * share, c.footprint * share)
+                    }
+                };
                 let per_cpu = traffic / tags.len() as f64;
                 let local = c.local_fraction;
-                let footprint = c.footprint * share;
                 let dom = &mut self.domains[d];
                 for &t in &tags {
                     *dom.mbm_total.entry(t).or_default() += per_cpu;

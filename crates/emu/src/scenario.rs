@@ -77,6 +77,14 @@ impl Scenario {
         Ok(s)
     }
 
+    /// A scenario with a platform and no containers (they are added while running, e.g.
+    /// driven by the host's containers); validated as a file would be.
+    pub fn platform_only(platform: PlatformSpec) -> Result<Scenario, ScenarioError> {
+        let s = Scenario { platform, containers: Vec::new() };
+        s.validate().map_err(|why| ScenarioError::Invalid { path: PathBuf::from("(host platform)"), why })?;
+        Ok(s)
+    }
+
     pub fn total_cpus(&self) -> u32 {
         self.platform.domains * self.platform.cpus_per_domain
     }

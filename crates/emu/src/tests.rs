@@ -94,6 +94,54 @@ fn deterministic_for_a_seed() {
     assert_ne!(run(7), run(8));
 }
 
+/// Host-driven containers: MBM is exactly the traffic set, a lone streamer fills the L3 and no
+/// more, a second one takes a share by evicting, a stopped one's lines stay until evicted, and a
+/// restarted name is a new container.
+#[test]
+fn driven_containers() {
+    let platform = PlatformSpec {
+        model: "intel-xeon-platinum-8160".into(),
+        l3_mib: 32.0,
+        domains: 2,
+        cpus_per_domain: 1,
+        counter_width: None,
+        seed: 0,
+        jitter: 0.0,
+    };
+    let p = EmuPlatform::new(&Scenario::platform_only(platform).unwrap()).unwrap();
+    assert!(p.add_driven("x") && !p.add_driven("x"));
+    assert!(p.running_containers() == ["x"]);
+    p.tag_container("x", Some(3));
+    // Nothing set yet: no traffic, no data.
+    p.advance(Duration::from_millis(5));
+    assert_eq!(read_ctr(&p, 0, 2, 3), CTR_UNAVAILABLE);
+    assert!(p.set_rate("x", 0, 2e9) && !p.set_rate("x", 2, 1.0) && !p.set_rate("y", 0, 1.0));
+    p.advance(Duration::from_millis(100));
+    // 2 GB/s for 100 ms, in upscale units (MBM counts scale by the same factor as occupancy).
+    assert_eq!(read_ctr(&p, 0, 2, 3), (2e8_f64 / 98304.0).floor() as u64);
+    assert_eq!(read_ctr(&p, 1, 2, 3), CTR_UNAVAILABLE, "no traffic was set in domain 1");
+    // 200 MB of fills into 32 MiB: full, never over.
+    let l3 = 32.0 * 1024.0 * 1024.0;
+    let occ = p.container_occupancy(0, "x");
+    assert!(occ > 0.99 * l3 && occ <= l3 * (1.0 + 1e-9), "{occ}");
+    assert!(p.add_driven("y"));
+    p.tag_container("y", Some(4));
+    p.set_rate("y", 0, 2e9);
+    p.advance(Duration::from_millis(200));
+    let (x, y) = (p.container_occupancy(0, "x"), p.container_occupancy(0, "y"));
+    assert!(x + y <= l3 * (1.0 + 1e-9) && y > 0.3 * l3 && x > 0.3 * l3, "x {x} y {y}");
+    // x stops: its lines stay, y's fills evict them.
+    assert!(p.stop_driven("x") && !p.stop_driven("x"));
+    assert_eq!(p.running_containers(), ["y"]);
+    let before = p.true_occupancy(0, 3);
+    p.advance(Duration::from_millis(100));
+    let after = p.true_occupancy(0, 3);
+    assert!(after < before && after > 0.0, "{before} → {after}");
+    // x comes back: a new container with no lines of its own yet (traffic 0).
+    assert!(p.add_driven("x"));
+    assert!(p.set_rate("x", 0, 0.0));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
