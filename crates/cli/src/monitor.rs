@@ -162,6 +162,11 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
     if args.scenario.is_none() && args.cores.is_none() {
         let model =
             args.emulate.as_deref().ok_or_else(|| CliError::input("--backend emulated needs --emulate MODEL"))?;
+        if args.fast {
+            return Err(CliError::input(
+                "--fast needs --scenario: without one the host's containers drive the emulated cache in real time",
+            ));
+        }
         let (emu, host) = host_drive::start(model, container_globs(args)?, args.msr_interval())?;
         let label = format!("emulated ({model}) driven by host containers");
         eprintln!(

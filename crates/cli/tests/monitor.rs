@@ -64,7 +64,10 @@ fn refusals() {
     one_line_error(&["monitor", "--scenario", &s, "--emulate", "intel-core-i7-4770"], 2, "PQM");
     // Skylake-SP: 24-bit counters of 96 KiB: a wrap every 3.3 s at 500 GB/s.
     one_line_error(&["monitor", "--scenario", &s, "--interval", "5s"], 2, "longest safe MBM interval");
-    one_line_error(&["monitor", "--emulate", "amd-epyc-7742"], 2, "--scenario");
+    // Without a scenario the host's containers drive the model: in real time, not with --fast.
+    one_line_error(&["monitor", "--emulate", "amd-epyc-7742", "--fast"], 2, "--fast needs --scenario");
+    one_line_error(&["monitor", "--emulate", "amd-epyc-7742", "--cores", "0-1"], 2, "needs --scenario");
+    one_line_error(&["monitor", "--emulate", "pentium"], 2, "unknown model");
     one_line_error(&["monitor", "--scenario", &s, "--cores", "0-3,2"], 2, "two groups");
 }
 
