@@ -9,6 +9,8 @@ mod output;
 mod pmu;
 mod report;
 mod resctrl_run;
+mod tui;
+mod view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -43,8 +45,11 @@ struct MonitorCmd {
     #[command(flatten)]
     common: monitor::MonitorArgs,
     /// JSON lines on stdout (one object per row, §5.3 column names) instead of tables.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "plain")]
     jsonl: bool,
+    /// Plain periodic tables even on a terminal (without one they are the default).
+    #[arg(long)]
+    plain: bool,
 }
 
 #[derive(clap::Args)]
@@ -140,7 +145,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
-        Command::Monitor(c) => monitor::run(&c.common, &output::Mode::Monitor { jsonl: c.jsonl }),
+        Command::Monitor(c) => monitor::run(&c.common, &output::Mode::Monitor { jsonl: c.jsonl, plain: c.plain }),
         Command::Record(c) => {
             if c.rotate_mib == 0 {
                 Err(CliError::input("--rotate-mib must be at least 1"))

@@ -12,7 +12,7 @@ use cachescope_cmt::{
 };
 use cachescope_detect::{detect, HostPaths, LiveProbe};
 use cachescope_emu::{EmuPlatform, Scenario};
-use cachescope_engine::row::{ipc, mpki, ContainerMeta, Pmu, Row, Status};
+use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
 use cachescope_engine::{Ticker, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::msr::MsrDevice;
@@ -221,122 +221,6 @@ pub(crate) fn load_emulation(args: &MonitorArgs, what: &str) -> Result<(Scenario
     let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
     let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
     Ok((scenario, model, emu))
-}
-
-/// Accumulates rows between two printed tables.
-#[derive(Default)]
-pub(crate) struct TableRow {
-    label: String,
-    rmid: Option<u32>,
-    status: &'static str,
-    occupancy: Option<u64>,
-    total: u64,
-    local: u64,
-    mbm_seen: bool,
-    cycles: Option<u64>,
-    instructions: Option<u64>,
-    misses: Option<u64>,
-}
-
-fn add_opt(acc: &mut Option<u64>, v: Option<u64>) {
-    if let Some(v) = v {
-        *acc = Some(acc.unwrap_or(0) + v);
-    }
-}
-
-/// The plain table `monitor` prints without a terminal UI: one line per (container, domain),
-/// sorted by LLC occupancy.
-pub(crate) struct Printer {
-    /// container id → domain → what accumulated since the last table (nested so adding a
-    /// row looks up by &str).
-    pub rows: BTreeMap<String, BTreeMap<u32, TableRow>>,
-}
-
-impl Printer {
-    pub fn new() -> Self {
-        Printer { rows: BTreeMap::new() }
-    }
-
-    pub fn add(&mut self, row: &Row) {
-        let doms = match self.rows.get_mut(row.container.id.as_str()) {
-            Some(d) => d,
-            None => self.rows.entry(row.container.id.clone()).or_default(),
-        };
-        let r = doms.entry(row.domain).or_default();
-        if r.label.is_empty() {
-            r.label = row.container.label().to_string();
-        }
-        r.rmid = row.rmid;
-        r.status = row.status.as_str();
-        r.occupancy = row.llc_occupancy_bytes;
-        if let Some(t) = row.mbm_total_bytes {
-            r.total += t;
-            r.mbm_seen = true;
-        }
-        r.local += row.mbm_local_bytes.unwrap_or(0);
-        add_opt(&mut r.cycles, row.pmu.cycles);
-        add_opt(&mut r.instructions, row.pmu.instructions);
-        add_opt(&mut r.misses, row.pmu.llc_misses);
-    }
-
-    /// The table for the `period` ending at `now`; the next period starts.
-    pub fn render(&mut self, now: Duration, period: Duration, header: &str, l3_bytes: Option<u64>) -> String {
-        use std::fmt::Write;
-        let mut o = String::new();
-        let secs = period.as_secs_f64().max(1e-9);
-        let _ = writeln!(o, "t={:.3}s  {header}", now.as_secs_f64());
-        let _ = writeln!(
-            o,
-            "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
-            "CONTAINER",
-            "DOMAIN",
-            "RMID",
-            "STATUS",
-            "LLC_MiB",
-            "LLC_%",
-            "MBM_TOT_MB/s",
-            "MBM_LOC_MB/s",
-            "IPC",
-            "LLC_MPKI"
-        );
-        let mut rows: Vec<_> =
-            self.rows.iter().flat_map(|(id, doms)| doms.iter().map(move |(d, r)| ((id, d), r))).collect();
-        rows.sort_by(|a, b| b.1.occupancy.cmp(&a.1.occupancy).then(a.0.cmp(&b.0)));
-        for ((_, dom), r) in rows {
-            let occ = r.occupancy.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
-            let pct = match (r.occupancy, l3_bytes) {
-                (Some(b), Some(l3)) if l3 > 0 => format!("{:.1}", 100.0 * b as f64 / l3 as f64),
-                _ => "-".into(),
-            };
-            let bw = |v: u64| if r.mbm_seen { format!("{:.1}", v as f64 / secs / 1e6) } else { "-".into() };
-            let two = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
-            let (ipc, mpki) = (two(ipc(r.instructions, r.cycles)), two(mpki(r.misses, r.instructions)));
-            let _ = writeln!(
-                o,
-                "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
-                r.label,
-                dom,
-                r.rmid.map_or("-".into(), |x| x.to_string()),
-                r.status,
-                occ,
-                pct,
-                bw(r.total),
-                bw(r.local),
-                ipc,
-                mpki
-            );
-        }
-        let _ = writeln!(o);
-        for r in self.rows.values_mut().flat_map(|d| d.values_mut()) {
-            r.total = 0;
-            r.local = 0;
-            r.mbm_seen = false;
-            r.cycles = None;
-            r.instructions = None;
-            r.misses = None;
-        }
-        o
-    }
 }
 
 /// Drives ticks: an absolute timerfd (engine::Ticker) on the wall clock, or virtual time with

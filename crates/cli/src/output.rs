@@ -3,7 +3,8 @@
 //! an HTTP thread. Every run loop hands each interval's rows (all containers × domains) to
 //! [`Output::tick`], which stamps them with CLOCK_REALTIME and the interval measured.
 
-use crate::monitor::Printer;
+use crate::tui::{Frame, Tui};
+use crate::view::{self, Accumulator};
 use crate::CliError;
 use cachescope_engine::row::Row;
 use cachescope_engine::{Lateness, Sparse};
@@ -18,9 +19,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// What the subcommand asked for.
 #[derive(Debug, Clone)]
 pub enum Mode {
-    Monitor { jsonl: bool },
-    Record { dir: PathBuf, rotate_every: Duration, rotate_bytes: u64 },
-    Serve { listen: SocketAddr },
+    /// `plain`: tables even on a terminal (the live UI needs stdin and stdout to be one).
+    Monitor {
+        jsonl: bool,
+        plain: bool,
+    },
+    Record {
+        dir: PathBuf,
+        rotate_every: Duration,
+        rotate_bytes: u64,
+    },
+    Serve {
+        listen: SocketAddr,
+    },
 }
 
 /// What the header of a table (and the self-metrics) say about the run.
@@ -44,7 +55,8 @@ pub struct RunInfo {
 }
 
 enum Sink {
-    Table(Printer),
+    Table(Accumulator),
+    Tui { acc: Accumulator, tui: Tui },
     Jsonl,
     Record { rec: Recorder, sparse: Sparse, failing: bool, dir: PathBuf },
     Serve { metrics: Arc<Mutex<Metrics>>, _server: Arc<tiny_http::Server> },
@@ -83,8 +95,16 @@ impl Output {
         let start_real_ns = realtime_ns();
         let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
         let sink = match mode {
-            Mode::Monitor { jsonl: false } => Sink::Table(Printer::new()),
-            Mode::Monitor { jsonl: true } => Sink::Jsonl,
+            Mode::Monitor { jsonl: true, .. } => Sink::Jsonl,
+            Mode::Monitor { jsonl: false, plain } => {
+                use std::io::IsTerminal;
+                if !plain && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
+                    let tui = Tui::start().map_err(CliError::unavailable)?;
+                    Sink::Tui { acc: Accumulator::default(), tui }
+                } else {
+                    Sink::Table(Accumulator::default())
+                }
+            }
             Mode::Record { dir, rotate_every, rotate_bytes } => {
                 let mut o = ParquetOptions::new(dir.clone(), host.clone());
                 o.rotate_every = *rotate_every;
@@ -162,17 +182,31 @@ impl Output {
         let period = t.saturating_sub(self.last_print);
         let due = period >= self.print_every;
         match &mut self.sink {
-            Sink::Table(p) => {
+            Sink::Table(acc) => {
                 for r in &rows {
-                    p.add(r);
+                    acc.add(r);
                 }
                 if due {
                     let h = header(period);
                     let line = header_line(&h, &self.period_lateness, self.missed);
-                    let table = p.render(t, period, &line, self.l3_bytes);
+                    let table = view::plain(t, &line, &acc.take(period, self.l3_bytes));
                     if std::io::stdout().lock().write_all(table.as_bytes()).is_err() {
                         return false;
                     }
+                }
+            }
+            Sink::Tui { acc, tui } => {
+                for r in &rows {
+                    acc.add(r);
+                }
+                if due {
+                    let h = header(period);
+                    let mut header = header_lines(&h, &self.period_lateness, self.missed);
+                    header[0] = format!("t={:.3}s  {}", t.as_secs_f64(), header[0]);
+                    tui.show(Frame { header, rows: acc.take(period, self.l3_bytes) });
+                }
+                if tui.quit_requested() {
+                    return false;
                 }
             }
             Sink::Jsonl => {
@@ -220,9 +254,7 @@ impl Output {
     /// A container stopped.
     pub fn forget(&mut self, id: &str) {
         match &mut self.sink {
-            Sink::Table(p) => {
-                p.rows.remove(id);
-            }
+            Sink::Table(acc) | Sink::Tui { acc, .. } => acc.forget(id),
             Sink::Record { sparse, .. } => sparse.forget(id),
             Sink::Serve { metrics, .. } => {
                 if let Ok(mut m) = metrics.lock() {
@@ -234,8 +266,14 @@ impl Output {
     }
 
     /// End of the run: close files (valid Parquet after SIGINT/SIGTERM too) and say what was done.
-    pub fn finish(self) -> Result<(), CliError> {
+    pub fn finish(mut self) -> Result<(), CliError> {
         let _ = std::io::stdout().flush();
+        // The terminal first, so that what follows is printed on the normal screen.
+        if matches!(self.sink, Sink::Tui { .. }) {
+            if let Sink::Tui { tui, .. } = std::mem::replace(&mut self.sink, Sink::Jsonl) {
+                tui.stop().map_err(CliError::unavailable)?;
+            }
+        }
         eprintln!(
             "cachescope: {} ticks, lateness p50 {:?} p99 {:?} max {:?}, {} missed",
             self.ticks,
@@ -265,20 +303,28 @@ impl Output {
     }
 }
 
+/// The header: run state (backend and interval; lateness and missed ticks; RMIDs), then the
+/// backend's extra lines. The plain table puts the first three on one line.
+fn header_lines(h: &Header, late: &Lateness, missed: u64) -> Vec<String> {
+    let mut v = vec![
+        format!("backend={} interval={:?}", h.backend, h.interval),
+        format!(
+            "lateness p50={:?} p99={:?} max={:?} missed={}",
+            late.quantile(0.5),
+            late.quantile(0.99),
+            late.max(),
+            missed
+        ),
+        format!("RMIDs in use={} limbo={} unmonitored={}", h.rmids_in_use, h.rmids_limbo, h.unmonitored),
+    ];
+    v.extend(h.extra.iter().cloned());
+    v
+}
+
 fn header_line(h: &Header, late: &Lateness, missed: u64) -> String {
-    let mut s = format!(
-        "backend={} interval={:?} lateness p50={:?} p99={:?} max={:?} missed={} RMIDs in use={} limbo={} unmonitored={}",
-        h.backend,
-        h.interval,
-        late.quantile(0.5),
-        late.quantile(0.99),
-        late.max(),
-        missed,
-        h.rmids_in_use,
-        h.rmids_limbo,
-        h.unmonitored
-    );
-    for e in &h.extra {
+    let v = header_lines(h, late, missed);
+    let mut s = v[..3].join(" ");
+    for e in &v[3..] {
         s.push('\n');
         s.push_str(e);
     }

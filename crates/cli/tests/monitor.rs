@@ -191,3 +191,54 @@ fn resctrl_refusals() {
         one_line_error(&["monitor", "--backend", "resctrl"], 3, "resctrl is not mounted");
     }
 }
+
+/// On a terminal `monitor` is the live view: it takes the alternate screen, sorts by occupancy,
+/// re-sorts by bandwidth on `b`, quits on `q` and gives the terminal back before its summary.
+/// The terminal is a pseudo-terminal from util-linux `script`.
+#[test]
+fn live_view_on_a_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        println!("skip: no `script` (util-linux) to provide a pseudo-terminal");
+        return;
+    }
+    let cmd =
+        format!("stty cols 120 rows 30; exec {} monitor --scenario {}", env!("CARGO_BIN_EXE_cachescope"), scenario());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    use std::io::Write;
+    stdin.write_all(b"b").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    stdin.write_all(b"q").unwrap();
+    stdin.flush().unwrap();
+    let started = std::time::Instant::now();
+    // `q` ends the run; give it 10 s before calling it stuck.
+    let out = loop {
+        if child.try_wait().unwrap().is_some() {
+            break child.wait_with_output().unwrap();
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("monitor did not quit on q");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(stdin);
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    let (enter, leave) = (screen.find("\x1b[?1049h").unwrap(), screen.rfind("\x1b[?1049l").unwrap());
+    assert!(enter < leave, "alternate screen entered and left");
+    let inside = &screen[enter..leave];
+    assert!(inside.contains("sorted by LLC occupancy") && inside.contains("LLC_MiB▼"), "{inside}");
+    assert!(inside.contains("thrash") && inside.contains("backend=emulated"), "{inside}");
+    // After `b` the sort marker moves to the bandwidth column.
+    assert!(inside.contains("MBM_TOT_MB/s▼"), "{inside}");
+    assert!(screen[leave..].contains("ticks, lateness"), "summary after the terminal is back");
+}

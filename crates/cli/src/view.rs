@@ -1,0 +1,244 @@
+//! The per-container view `monitor` shows: rows accumulated over a display period become
+//! [`ViewRow`]s (rates, shares, ratios), printed as a plain table without a terminal or drawn
+//! by the live terminal UI ([`crate::tui`]). Pure: no terminal here.
+
+use cachescope_engine::row::{ipc, mpki, Row};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One (container, domain) line of the view, over one display period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewRow {
+    pub label: String,
+    pub domain: u32,
+    pub rmid: Option<u32>,
+    pub status: &'static str,
+    pub occupancy: Option<u64>,
+    pub occupancy_share: Option<f64>,
+    /// MBM total and local, bytes per second.
+    pub mbm_total: Option<f64>,
+    pub mbm_local: Option<f64>,
+    pub ipc: Option<f64>,
+    pub mpki: Option<f64>,
+}
+
+pub const COLUMNS: [&str; 10] =
+    ["CONTAINER", "DOMAIN", "RMID", "STATUS", "LLC_MiB", "LLC_%", "MBM_TOT_MB/s", "MBM_LOC_MB/s", "IPC", "LLC_MPKI"];
+
+impl ViewRow {
+    /// The cells under [`COLUMNS`]; "-" where a value is absent (never 0 for absent).
+    pub fn cells(&self) -> [String; 10] {
+        let f = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
+        [
+            self.label.clone(),
+            self.domain.to_string(),
+            self.rmid.map_or("-".into(), |x| x.to_string()),
+            self.status.to_string(),
+            f(self.occupancy.map(|b| b as f64 / 1048576.0), 2),
+            f(self.occupancy_share.map(|s| 100.0 * s), 1),
+            f(self.mbm_total.map(|b| b / 1e6), 1),
+            f(self.mbm_local.map(|b| b / 1e6), 1),
+            f(self.ipc, 2),
+            f(self.mpki, 2),
+        ]
+    }
+}
+
+/// What the view is sorted by (descending; absent values last, then by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    Occupancy,
+    Bandwidth,
+    Ipc,
+    Misses,
+}
+
+impl SortKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Occupancy => "LLC occupancy",
+            SortKey::Bandwidth => "memory bandwidth (MBM total)",
+            SortKey::Ipc => "IPC",
+            SortKey::Misses => "LLC misses per kilo-instruction",
+        }
+    }
+
+    fn value(self, r: &ViewRow) -> Option<f64> {
+        match self {
+            SortKey::Occupancy => r.occupancy.map(|b| b as f64),
+            SortKey::Bandwidth => r.mbm_total,
+            SortKey::Ipc => r.ipc,
+            SortKey::Misses => r.mpki,
+        }
+    }
+}
+
+pub fn sort(rows: &mut [ViewRow], key: SortKey) {
+    rows.sort_by(|a, b| {
+        let by_value = match (key.value(a), key.value(b)) {
+            (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(Ordering::Equal),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        };
+        by_value.then_with(|| a.label.cmp(&b.label)).then(a.domain.cmp(&b.domain))
+    });
+}
+
+/// Accumulates rows between two displays.
+#[derive(Default)]
+struct Acc {
+    label: String,
+    rmid: Option<u32>,
+    status: &'static str,
+    occupancy: Option<u64>,
+    total: u64,
+    local: u64,
+    mbm_seen: bool,
+    cycles: Option<u64>,
+    instructions: Option<u64>,
+    misses: Option<u64>,
+}
+
+fn add_opt(acc: &mut Option<u64>, v: Option<u64>) {
+    if let Some(v) = v {
+        *acc = Some(acc.unwrap_or(0) + v);
+    }
+}
+
+/// Rows of the current display period, per (container, domain).
+#[derive(Default)]
+pub struct Accumulator {
+    /// container id → domain → what accumulated (nested so adding a row looks up by &str).
+    rows: BTreeMap<String, BTreeMap<u32, Acc>>,
+}
+
+impl Accumulator {
+    pub fn add(&mut self, row: &Row) {
+        let doms = match self.rows.get_mut(row.container.id.as_str()) {
+            Some(d) => d,
+            None => self.rows.entry(row.container.id.clone()).or_default(),
+        };
+        let r = doms.entry(row.domain).or_default();
+        if r.label.is_empty() {
+            r.label = row.container.label().to_string();
+        }
+        r.rmid = row.rmid;
+        r.status = row.status.as_str();
+        r.occupancy = row.llc_occupancy_bytes;
+        if let Some(t) = row.mbm_total_bytes {
+            r.total += t;
+            r.mbm_seen = true;
+        }
+        r.local += row.mbm_local_bytes.unwrap_or(0);
+        add_opt(&mut r.cycles, row.pmu.cycles);
+        add_opt(&mut r.instructions, row.pmu.instructions);
+        add_opt(&mut r.misses, row.pmu.llc_misses);
+    }
+
+    /// A container stopped: its lines leave the view.
+    pub fn forget(&mut self, id: &str) {
+        self.rows.remove(id);
+    }
+
+    /// The view of the `period` that ends now, sorted by occupancy; the next period starts.
+    pub fn take(&mut self, period: Duration, l3_bytes: Option<u64>) -> Vec<ViewRow> {
+        let secs = period.as_secs_f64().max(1e-9);
+        let mut out = Vec::new();
+        for r in self.rows.values_mut().flat_map(|d| d.iter_mut()) {
+            let (domain, a) = r;
+            let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
+            out.push(ViewRow {
+                label: a.label.clone(),
+                domain: *domain,
+                rmid: a.rmid,
+                status: a.status,
+                occupancy: a.occupancy,
+                occupancy_share: match (a.occupancy, l3_bytes) {
+                    (Some(b), Some(l3)) if l3 > 0 => Some(b as f64 / l3 as f64),
+                    _ => None,
+                },
+                mbm_total: rate(a.total),
+                mbm_local: rate(a.local),
+                ipc: ipc(a.instructions, a.cycles),
+                mpki: mpki(a.misses, a.instructions),
+            });
+            a.total = 0;
+            a.local = 0;
+            a.mbm_seen = false;
+            a.cycles = None;
+            a.instructions = None;
+            a.misses = None;
+        }
+        sort(&mut out, SortKey::Occupancy);
+        out
+    }
+}
+
+/// The plain table printed without a terminal: `t=…  header`, then one line per row.
+pub fn plain(now: Duration, header: &str, rows: &[ViewRow]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "t={:.3}s  {header}", now.as_secs_f64());
+    let line = |o: &mut String, c: &[&str]| {
+        let _ = writeln!(
+            o,
+            "{:<24} {:>6} {:>5} {:<12} {:>9} {:>6} {:>12} {:>12} {:>6} {:>8}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+        );
+    };
+    line(&mut o, &COLUMNS);
+    for r in rows {
+        let c = r.cells();
+        line(&mut o, &c.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    let _ = writeln!(o);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn row(label: &str, occ: Option<u64>, bw: Option<f64>, ipc: Option<f64>, mpki: Option<f64>) -> ViewRow {
+        ViewRow {
+            label: label.into(),
+            domain: 0,
+            rmid: Some(1),
+            status: "ok",
+            occupancy: occ,
+            occupancy_share: None,
+            mbm_total: bw,
+            mbm_local: bw,
+            ipc,
+            mpki,
+        }
+    }
+
+    #[test]
+    fn sort_keys_descend_with_absent_values_last() {
+        let mut v = vec![
+            row("a", Some(10), Some(5.0), None, Some(1.0)),
+            row("b", Some(30), None, Some(2.0), Some(9.0)),
+            row("c", None, Some(50.0), Some(0.5), None),
+        ];
+        let order = |v: &[ViewRow]| v.iter().map(|r| r.label.clone()).collect::<Vec<_>>().join("");
+        sort(&mut v, SortKey::Occupancy);
+        assert_eq!(order(&v), "bac");
+        sort(&mut v, SortKey::Bandwidth);
+        assert_eq!(order(&v), "cab");
+        sort(&mut v, SortKey::Ipc);
+        assert_eq!(order(&v), "bca");
+        sort(&mut v, SortKey::Misses);
+        assert_eq!(order(&v), "bac");
+    }
+
+    #[test]
+    fn absent_is_a_dash_not_zero() {
+        let c = row("x", None, None, None, None).cells();
+        assert_eq!(&c[4..], &["-", "-", "-", "-", "-", "-"]);
+        let c = row("x", Some(3 << 20), Some(2.5e6), Some(1.234), Some(0.0)).cells();
+        assert_eq!(&c[4..], &["3.00", "-", "2.5", "2.5", "1.23", "0.00"]);
+    }
+}
