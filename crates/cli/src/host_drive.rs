@@ -6,7 +6,7 @@
 //! lines) and counts MBM. The containers, their lifecycle, the RMID assignment and the PMU
 //! columns are real; occupancy and bandwidth are emulated, and every output says so.
 
-use crate::pmu::PmuColumns;
+use crate::pmu::{PmuColumns, PmuSource};
 use crate::CliError;
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::watch::{Event, Lifecycle, Watcher};
@@ -15,7 +15,7 @@ use cachescope_emu::{EmuPlatform, PlatformSpec, Scenario};
 use cachescope_engine::row::{ContainerMeta, Pmu};
 use cachescope_platform::Topology;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +29,8 @@ const LINE_BYTES: f64 = 64.0;
 pub struct HostDrive {
     watcher: Option<Watcher>,
     events: Receiver<Event>,
+    /// The cgroup v2 mount point.
+    root: PathBuf,
     pub pmu: PmuColumns,
     /// Host L3 domain id → emulated domain (its index).
     domain_index: BTreeMap<u32, u32>,
@@ -41,7 +43,12 @@ pub struct HostDrive {
 
 /// The emulated platform shaped like this host (its L3 domains and their size) with the
 /// monitoring of `model`, and the drive that feeds it from the host's containers.
-pub fn start(model: &str, globs: Vec<Glob>, interval: Duration) -> Result<(Arc<EmuPlatform>, HostDrive), CliError> {
+pub fn start(
+    model: &str,
+    globs: Vec<Glob>,
+    interval: Duration,
+    source: PmuSource,
+) -> Result<(Arc<EmuPlatform>, HostDrive), CliError> {
     let topo = Topology::read(Path::new("/sys")).map_err(CliError::unavailable)?;
     if topo.l3_domains.is_empty() {
         return Err(CliError::unavailable("sysfs shows no L3 cache on this host: nothing to emulate it after"));
@@ -68,10 +75,10 @@ pub fn start(model: &str, globs: Vec<Glob>, interval: Duration) -> Result<(Arc<E
             h.description
         )));
     }
-    let pmu = PmuColumns::start(interval);
+    let pmu = PmuColumns::start(interval, source);
     if !pmu.is_on() {
         return Err(CliError::unavailable(format!(
-            "--emulate without --scenario measures the host's containers with eBPF, which is {}",
+            "--emulate without --scenario measures the host's containers with eBPF or perf events, which are {}",
             pmu.description
         )));
     }
@@ -90,6 +97,7 @@ pub fn start(model: &str, globs: Vec<Glob>, interval: Duration) -> Result<(Arc<E
         HostDrive {
             watcher: Some(watcher),
             events,
+            root: h.root.clone(),
             pmu,
             domain_index,
             metas: BTreeMap::new(),
@@ -111,9 +119,7 @@ impl HostDrive {
                     if self.metas.contains_key(&id) {
                         continue;
                     }
-                    if let Some(cg) = c.cgroup_id {
-                        self.pmu.names.insert(cg, id.clone());
-                    }
+                    self.pmu.follow(&id, c.cgroup_id, &self.root.join(&c.cgroup_path));
                     emu.add_driven(&id);
                     self.metas.insert(
                         id.clone(),
@@ -131,7 +137,7 @@ impl HostDrive {
                     if self.metas.remove(&id).is_none() {
                         continue;
                     }
-                    self.pmu.names.retain(|_, v| *v != id);
+                    self.pmu.unfollow(&id);
                     emu.stop_driven(&id);
                     stopped.push(id);
                 }

@@ -4,6 +4,7 @@
 
 use crate::host_drive::{self, HostDrive};
 use crate::output::{Header, Mode, Output, RunInfo};
+use crate::pmu::PmuSource;
 use crate::{duration, CliError};
 use anyhow::anyhow;
 use cachescope_cgroups::identity::Glob;
@@ -58,6 +59,10 @@ pub struct MonitorArgs {
     /// (`*` within a component, `**` across).
     #[arg(long, value_name = "GLOB", num_args = 1..)]
     pub containers: Vec<String>,
+    /// Where per-container PMU counts come from: eBPF (1 ms slots), perf cgroup events (the
+    /// fallback where BPF cannot load), or off. Real containers only (not scenario containers).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub pmu: PmuSource,
     /// Mount resctrl at /sys/fs/resctrl if it is not mounted (resctrl backend).
     #[arg(long)]
     pub mount_resctrl: bool,
@@ -167,7 +172,7 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
                 "--fast needs --scenario: without one the host's containers drive the emulated cache in real time",
             ));
         }
-        let (emu, host) = host_drive::start(model, container_globs(args)?, args.msr_interval())?;
+        let (emu, host) = host_drive::start(model, container_globs(args)?, args.msr_interval(), args.pmu)?;
         let label = format!("emulated ({model}) driven by host containers");
         eprintln!(
             "cachescope: LLC occupancy and memory bandwidth are EMULATED ({model}, this host's L3 shape), driven by {}",
@@ -286,8 +291,9 @@ enum Drive {
 }
 
 impl Drive {
-    /// Advance the platform to `t` (last tick at `prev`); containers started and stopped.
-    fn step(&mut self, emu: &EmuPlatform, t: Duration, prev: Duration) -> (Vec<String>, Vec<String>) {
+    /// Containers started and stopped by `t`. Scenario containers follow the scenario's
+    /// schedule in the platform's time, so the platform advances to `t` first.
+    fn changes(&mut self, emu: &EmuPlatform, t: Duration) -> (Vec<String>, Vec<String>) {
         match self {
             Drive::Scenario(known) => {
                 emu.advance_to(t);
@@ -302,12 +308,16 @@ impl Drive {
                 }
                 (started, stopped)
             }
-            Drive::Host(h) => {
-                let changes = h.lifecycle(emu);
-                h.feed(emu, t.saturating_sub(prev));
-                emu.advance_to(t);
-                changes
-            }
+            Drive::Host(h) => h.lifecycle(emu),
+        }
+    }
+
+    /// Host containers: after their RMIDs are assigned (so that the traffic of the interval
+    /// is tagged with them), feed what was measured over (prev, t] and advance to `t`.
+    fn advance(&mut self, emu: &EmuPlatform, t: Duration, prev: Duration) {
+        if let Drive::Host(h) = self {
+            h.feed(emu, t.saturating_sub(prev));
+            emu.advance_to(t);
         }
     }
 
@@ -366,8 +376,7 @@ fn run_containers(
     let mut prev = Duration::ZERO;
     let result = (|| -> Result<(), CliError> {
         while let Some((t, late, missed)) = clock.next() {
-            let (started, stopped) = drive.step(&emu, t, prev);
-            prev = t;
+            let (started, stopped) = drive.changes(&emu, t);
             for c in stopped {
                 session.stop(&c, &tagger, t).map_err(fail)?;
                 out.forget(&c);
@@ -375,6 +384,8 @@ fn run_containers(
             for c in started {
                 session.start(&c, &tagger).map_err(fail)?;
             }
+            drive.advance(&emu, t, prev);
+            prev = t;
             let rows: Vec<Row> = session
                 .sample(&reader, &tagger, t)
                 .map_err(fail)?

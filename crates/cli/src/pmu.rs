@@ -1,13 +1,16 @@
-//! PMU columns per container from the eBPF attribution (1 ms slots, split by L3 domain): the
-//! four quantities of §5.3 where this CPU counts them, joined into each interval's rows by
-//! (cgroup id → container, domain). Where none can be counted (e.g. a VM without a virtual
-//! PMU) the columns stay null and the CPU time the kernel's cpu-clock charges is shown in the
-//! header instead. Off, with the reason said once, where BPF cannot load.
+//! PMU columns per container: the four quantities of §5.3 where this CPU counts them, split by
+//! L3 domain and joined into each interval's rows by container. Two sources: the eBPF
+//! attribution (1 ms slots, any number of containers; the default), or perf cgroup events
+//! (one counter group per container × CPU, read every interval; the fallback where BPF cannot
+//! load, fine at ≥ 100 ms for tens of containers). Where no event can be counted (e.g. a VM
+//! without a virtual PMU) the columns stay null and the CPU time the kernel's cpu-clock
+//! charges is measured instead. Off, with the reason said, where neither source works.
 
 use cachescope_bpf::{capacity_for, Attribution};
 use cachescope_engine::row::Pmu as PmuValues;
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::CpuInfo;
+use cachescope_perf::cgroup::{self, CgroupCollector};
 use cachescope_perf::counter::{CounterGroup, Target};
 use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::format::{Encoded, Pmu as CorePmu};
@@ -16,18 +19,35 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+/// Where PMU counts come from (`--pmu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PmuSource {
+    /// eBPF, or perf cgroup events where BPF cannot load.
+    Auto,
+    Bpf,
+    /// perf cgroup events (per container × CPU).
+    Perf,
+    Off,
+}
+
+enum Source {
+    Bpf(Box<Attribution>),
+    Perf(CgroupCollector),
+}
+
 pub struct PmuColumns {
-    attr: Option<Attribution>,
+    src: Option<Source>,
     /// Which of the four PMU values (Named::ALL order) each counted event fills; empty when
     /// only cpu-clock is counted.
     columns: Vec<usize>,
-    /// cgroup id → container id.
-    pub names: BTreeMap<u64, String>,
+    /// cgroup id → container id (the eBPF attribution charges cgroup ids).
+    names: BTreeMap<u64, String>,
     /// (container, domain) → per-event sums since the last take.
     sums: BTreeMap<(String, u32), Vec<u64>>,
     /// cpu-clock ns per container since the last header line (when no PMU event counts).
     cpu_ns: BTreeMap<String, u64>,
-    slots: u64,
+    /// Slots drained (eBPF) or group reads (perf) since the last header line.
+    reads: u64,
     /// What is counted, for the header and the file metadata.
     pub description: String,
 }
@@ -39,17 +59,20 @@ fn usable(e: &Encoded) -> bool {
 impl PmuColumns {
     pub fn off(why: String) -> PmuColumns {
         PmuColumns {
-            attr: None,
+            src: None,
             columns: Vec::new(),
             names: BTreeMap::new(),
             sums: BTreeMap::new(),
             cpu_ns: BTreeMap::new(),
-            slots: 0,
+            reads: 0,
             description: format!("off: {why}"),
         }
     }
 
-    pub fn start(interval: Duration) -> PmuColumns {
+    pub fn start(interval: Duration, choice: PmuSource) -> PmuColumns {
+        if choice == PmuSource::Off {
+            return PmuColumns::off("--pmu off".into());
+        }
         let topo = match Topology::read(Path::new("/sys")) {
             Ok(t) => t,
             Err(e) => return PmuColumns::off(e.to_string()),
@@ -75,61 +98,135 @@ impl PmuColumns {
                 }
             }
         }
-        let description = if columns.is_empty() {
+        let what = if columns.is_empty() {
             events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
             format!("no PMU event counts here ({}); CPU time from cpu-clock instead", missing.join("; "))
         } else {
             let names: Vec<&str> = columns.iter().map(|&c| Named::ALL[c].column()).collect();
-            let mut d = format!("eBPF, 1 ms slots: {}", names.join(", "));
+            let mut d = names.join(", ");
             if !missing.is_empty() {
                 d.push_str(&format!(" (null: {})", missing.join("; ")));
             }
             d
         };
-        let per_drain = (interval.as_millis() as u32).max(1);
-        match Attribution::start(&events, &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
-            Ok(mut a) => {
-                a.group_cpus(domain_of);
-                PmuColumns { attr: Some(a), columns, description, ..PmuColumns::off(String::new()) }
+        let on = |src, description| PmuColumns {
+            src: Some(src),
+            columns: columns.clone(),
+            description,
+            ..PmuColumns::off(String::new())
+        };
+        let bpf_failed = if choice == PmuSource::Perf {
+            "--pmu perf".to_string()
+        } else {
+            let per_drain = (interval.as_millis() as u32).max(1);
+            match Attribution::start(&events, &cpus, Duration::from_millis(1), capacity_for(256, per_drain)) {
+                Ok(mut a) => {
+                    a.group_cpus(domain_of);
+                    return on(Source::Bpf(Box::new(a)), format!("eBPF, 1 ms slots: {what}"));
+                }
+                Err(e) if choice == PmuSource::Bpf => return PmuColumns::off(format!("eBPF attribution: {e}")),
+                Err(e) => format!("eBPF attribution unavailable: {e}"),
             }
-            Err(e) => PmuColumns::off(format!("eBPF attribution: {e}")),
+        };
+        // perf cgroup events: opened per container as they come ([`follow`]); check now that
+        // this kernel lets us count at all.
+        if let Err(e) = CounterGroup::open(&Target::Cpu(cpus.first().copied().unwrap_or(0)), &events) {
+            return PmuColumns::off(format!("{bpf_failed}; perf events: {e}"));
         }
+        let mut col = CgroupCollector::new(events, cpus.clone());
+        col.group_cpus(domain_of);
+        let mut pc = on(Source::Perf(col), format!("perf cgroup events ({bpf_failed}), read every interval: {what}"));
+        if let Some(w) = cgroup::warning(1, cpus.len(), interval) {
+            pc.description.push_str(&format!("; {w}"));
+        }
+        pc
     }
 
     pub fn is_on(&self) -> bool {
-        self.attr.is_some()
+        self.src.is_some()
     }
 
     /// Whether the llc_misses column is counted.
     pub fn counts_llc_misses(&self) -> bool {
-        self.attr.is_some() && self.columns.iter().any(|&c| Named::ALL[c] == Named::LlcMisses)
+        self.src.is_some() && self.columns.iter().any(|&c| Named::ALL[c] == Named::LlcMisses)
     }
 
-    /// Pull completed slots out of the kernel.
+    /// Count container `id`, whose cgroup v2 directory is `dir` (inode `cgroup_id`).
+    pub fn follow(&mut self, id: &str, cgroup_id: Option<u64>, dir: &Path) {
+        match &mut self.src {
+            Some(Source::Bpf(_)) => {
+                if let Some(cg) = cgroup_id {
+                    self.names.insert(cg, id.to_string());
+                }
+            }
+            Some(Source::Perf(col)) => {
+                if let Err(e) = col.add(id, dir) {
+                    eprintln!("cachescope: perf events for {id} ({}): {e}; its PMU columns stay null", dir.display());
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Stop counting container `id`.
+    pub fn unfollow(&mut self, id: &str) {
+        self.names.retain(|_, v| v != id);
+        if let Some(Source::Perf(col)) = &mut self.src {
+            col.remove(id);
+        }
+        self.sums.retain(|(c, _), _| c != id);
+    }
+
+    /// Add one container's counts on one domain.
+    fn charge(&mut self, id: &str, domain: u32, values: &[u64]) {
+        if self.columns.is_empty() {
+            *self.cpu_ns.entry(id.to_string()).or_default() += values[0];
+        }
+        let n = self.columns.len().max(1);
+        let s = self.sums.entry((id.to_string(), domain)).or_insert_with(|| vec![0; n]);
+        for (x, v) in s.iter_mut().zip(values) {
+            *x += v;
+        }
+    }
+
+    /// Pull what was counted since the last call.
     pub fn drain(&mut self) {
-        let Some(a) = self.attr.as_mut() else { return };
-        match a.drain() {
+        let result: Result<Vec<(String, u32, Vec<u64>)>, String> = match &mut self.src {
+            None => return,
+            Some(Source::Bpf(a)) => a
+                .drain()
+                .map(|rows| {
+                    let mut out = Vec::new();
+                    let mut last = None;
+                    for r in rows {
+                        if last != Some(r.slot) {
+                            last = Some(r.slot);
+                            self.reads += 1;
+                        }
+                        if let Some(id) = self.names.get(&r.cgroup_id) {
+                            out.push((id.clone(), r.domain, r.values.to_vec()));
+                        }
+                    }
+                    out
+                })
+                .map_err(|e| e.to_string()),
+            Some(Source::Perf(col)) => col
+                .sample()
+                .map(|deltas| {
+                    self.reads += 1;
+                    deltas.into_iter().map(|d| (d.id, d.domain, d.values)).collect()
+                })
+                .map_err(|e| e.to_string()),
+        };
+        match result {
             Ok(rows) => {
-                let mut last = None;
-                for r in rows {
-                    if last != Some(r.slot) {
-                        last = Some(r.slot);
-                        self.slots += 1;
-                    }
-                    let Some(id) = self.names.get(&r.cgroup_id) else { continue };
-                    if self.columns.is_empty() {
-                        *self.cpu_ns.entry(id.clone()).or_default() += r.values[0];
-                    }
-                    let n = self.columns.len().max(1);
-                    let s = self.sums.entry((id.clone(), r.domain)).or_insert_with(|| vec![0; n]);
-                    for (x, v) in s.iter_mut().zip(&r.values) {
-                        *x += v;
-                    }
+                for (id, domain, values) in rows {
+                    self.charge(&id, domain, &values);
                 }
             }
             Err(e) => {
-                eprintln!("cachescope: PMU attribution stopped: {e}");
-                self.attr = None;
+                eprintln!("cachescope: PMU counting stopped: {e}");
+                self.src = None;
                 self.description = format!("off: stopped: {e}");
             }
         }
@@ -140,7 +237,7 @@ impl PmuColumns {
     pub fn take(&mut self, id: &str, domain: u32) -> (PmuValues, Option<u64>) {
         let mut v = [None; 4];
         let sums = self.sums.remove(&(id.to_string(), domain));
-        if self.attr.is_none() {
+        if self.src.is_none() {
             return (PmuValues::from_values(v), None);
         }
         if self.columns.is_empty() {
@@ -154,21 +251,21 @@ impl PmuColumns {
 
     /// A header line of CPU use per container when only cpu-clock is counted; resets.
     pub fn cpu_line(&mut self, period: Duration) -> Option<String> {
-        self.attr.as_ref()?;
+        let how = match self.src.as_ref()? {
+            Source::Bpf(_) => format!("eBPF cpu-clock, {} slots of 1 ms", self.reads),
+            Source::Perf(_) => format!("perf cgroup cpu-clock, {} reads", self.reads),
+        };
+        self.reads = 0;
         if !self.columns.is_empty() {
             return None;
         }
         let secs = period.as_secs_f64().max(1e-9);
-        let ids: std::collections::BTreeSet<&String> = self.names.values().collect();
+        let ids: std::collections::BTreeSet<&String> = self.names.values().chain(self.cpu_ns.keys()).collect();
         let per: Vec<String> = ids
             .into_iter()
             .map(|id| format!("{id} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
             .collect();
         self.cpu_ns.clear();
-        Some(format!(
-            "CPUs used (eBPF cpu-clock, {} slots of 1 ms): {}",
-            std::mem::take(&mut self.slots),
-            per.join(", ")
-        ))
+        Some(format!("CPUs used ({how}): {}", per.join(", ")))
     }
 }

@@ -170,7 +170,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
     let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2)).map_err(CliError::unavailable)?;
     let mut clock = Clock::new(interval, args.duration, false)?;
     let mut last_maintain = Duration::ZERO;
-    let mut pmu = PmuColumns::start(interval);
+    let mut pmu = PmuColumns::start(interval, args.pmu);
     if !pmu.is_on() || pmu.description.starts_with("no PMU") {
         eprintln!("cachescope: PMU columns: {}", pmu.description);
     }
@@ -202,9 +202,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                 };
                 match ev.kind {
                     Lifecycle::Started => {
-                        if let Some(cg) = c.cgroup_id {
-                            pmu.names.insert(cg, id.clone());
-                        }
+                        pmu.follow(&id, c.cgroup_id, &h.root.join(&c.cgroup_path));
                         src.by_id.insert(id.clone(), c.cgroup_path.clone());
                         metas.insert(
                             id.clone(),
@@ -222,7 +220,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
                         session.stop(&id).map_err(CliError::unavailable)?;
                         src.by_id.remove(&id);
                         metas.remove(&id);
-                        pmu.names.retain(|_, v| *v != id);
+                        pmu.unfollow(&id);
                         out.forget(&id);
                     }
                 }

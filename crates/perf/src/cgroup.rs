@@ -27,14 +27,17 @@ pub fn warning(containers: usize, cpus: usize, interval: Duration) -> Option<Str
 }
 
 struct PerCpu {
+    domain: u32,
     group: CounterGroup,
     prev: GroupReading,
 }
 
-/// Counts of one container over one interval, summed over CPUs.
+/// Counts of one container over one interval, summed over the CPUs of one group (an L3
+/// domain, see [`CgroupCollector::group_cpus`]; all CPUs are group 0 by default).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupDelta {
     pub id: String,
+    pub domain: u32,
     /// One per event, in the order given to [`CgroupCollector::new`].
     pub values: Vec<u64>,
     /// Some CPU's group was multiplexed during the interval: the values are estimates.
@@ -44,12 +47,20 @@ pub struct CgroupDelta {
 pub struct CgroupCollector {
     events: Vec<Encoded>,
     cpus: Vec<usize>,
+    /// CPU number → its group (domain); CPUs beyond the end are group 0.
+    domain_of: Vec<u32>,
     groups: BTreeMap<String, Vec<PerCpu>>,
 }
 
 impl CgroupCollector {
     pub fn new(events: Vec<Encoded>, cpus: Vec<usize>) -> CgroupCollector {
-        CgroupCollector { events, cpus, groups: BTreeMap::new() }
+        CgroupCollector { events, cpus, domain_of: Vec::new(), groups: BTreeMap::new() }
+    }
+
+    /// Sum counts per group of CPUs (e.g. L3 domain) instead of over all: `domain_of[cpu]`.
+    /// Applies to containers added from then on.
+    pub fn group_cpus(&mut self, domain_of: Vec<u32>) {
+        self.domain_of = domain_of;
     }
 
     /// Start counting the cgroup v2 directory `dir` as container `id`.
@@ -59,7 +70,8 @@ impl CgroupCollector {
         for &cpu in &self.cpus {
             let mut group = CounterGroup::open(&Target::Cgroup { dir: &f, cpu }, &self.events)?;
             let prev = group.read()?;
-            per_cpu.push(PerCpu { group, prev });
+            let domain = self.domain_of.get(cpu).copied().unwrap_or(0);
+            per_cpu.push(PerCpu { domain, group, prev });
         }
         self.groups.insert(id.to_string(), per_cpu);
         Ok(())
@@ -77,20 +89,32 @@ impl CgroupCollector {
         self.groups.is_empty()
     }
 
-    /// Counts since the previous call (or since `add`), per container.
+    /// Counts since the previous call (or since `add`), per container and CPU group.
     pub fn sample(&mut self) -> io::Result<Vec<CgroupDelta>> {
         let mut out = Vec::with_capacity(self.groups.len());
         for (id, per_cpu) in &mut self.groups {
-            let mut d = CgroupDelta { id: id.clone(), values: vec![0; self.events.len()], multiplexed: false };
+            let first = out.len();
             for pc in per_cpu.iter_mut() {
                 let cur = pc.group.read()?;
-                for (i, s) in cur.delta_since(&pc.prev).into_iter().enumerate() {
-                    d.values[i] += s.value;
-                    d.multiplexed |= s.multiplexed;
+                let i = match out[first..].iter().position(|d: &CgroupDelta| d.domain == pc.domain) {
+                    Some(i) => first + i,
+                    None => {
+                        let n = self.events.len();
+                        out.push(CgroupDelta {
+                            id: id.clone(),
+                            domain: pc.domain,
+                            values: vec![0; n],
+                            multiplexed: false,
+                        });
+                        out.len() - 1
+                    }
+                };
+                for (k, s) in cur.delta_since(&pc.prev).into_iter().enumerate() {
+                    out[i].values[k] += s.value;
+                    out[i].multiplexed |= s.multiplexed;
                 }
                 pc.prev = cur;
             }
-            out.push(d);
         }
         Ok(out)
     }

@@ -73,7 +73,7 @@ fn busy_idle_and_late_cgroups() {
     let d = col.sample().unwrap();
     let u1 = cpu_usage_usec(&busy_dir).unwrap();
     let wall = t0.elapsed();
-    let get = |id: &str| d.iter().find(|x| x.id == id).unwrap().values[0];
+    let get = |id: &str| d.iter().filter(|x| x.id == id).map(|x| x.values[0]).sum::<u64>();
     let (b, i, l) = (get("busy"), get("idle"), get("late"));
     println!("over {wall:?}: busy {b} {unit}, idle {i}, late {l}; kernel usage_usec of busy {}", u1 - u0);
     assert!(b > 0 && l > 0, "busy and late counted");
@@ -126,4 +126,31 @@ fn per_cpu_group_counts() {
     println!("{a:?} {b:?} {unit}");
     assert!(b.raw[0] > a.raw[0], "{a:?} {b:?}");
     assert!(b.enabled_ns > a.enabled_ns);
+}
+
+/// Counts split by CPU group: a busy process pinned to the last CPU is counted in that CPU's
+/// group only (here each CPU is its own group, standing in for L3 domains).
+#[test]
+fn counts_split_by_cpu_group() {
+    let cpus = cpus();
+    if cpus.len() < 2 {
+        return println!("skip: one CPU, nothing to split");
+    }
+    let Some(mut sb) = sandbox("split") else { return };
+    let (ev, _) = event();
+    let dir = sb.add("pinned").unwrap();
+    let last = *cpus.last().unwrap();
+    let mut col = CgroupCollector::new(vec![ev], cpus.clone());
+    col.group_cpus((0..=last as u32).collect());
+    col.add("pinned", &dir).unwrap();
+    let mut pinned = Command::new("taskset");
+    pinned.args(["-c", &last.to_string(), "sh", "-c", "while :; do :; done"]);
+    sb.spawn("pinned", pinned).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let d = col.sample().unwrap();
+    let on = |cpu: usize| d.iter().filter(|x| x.domain == cpu as u32).map(|x| x.values[0]).sum::<u64>();
+    let (here, elsewhere) = (on(last), cpus.iter().filter(|&&c| c != last).map(|&c| on(c)).sum::<u64>());
+    println!("pinned to CPU {last}: {here} there, {elsewhere} on the others");
+    assert!(here > 0 && elsewhere * 20 < here, "{d:?}");
+    assert_eq!(d.iter().filter(|x| x.id == "pinned").count(), cpus.len(), "one delta per group");
 }
