@@ -131,7 +131,7 @@ pub fn run(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
                     .map(|b| format!("{}: {}", b.name, b.reason))
                     .collect();
                 return Err(CliError::Unavailable(anyhow!(
-                    "no hardware cache monitoring on this host ({}); try --emulate MODEL --scenario FILE",
+                    "no hardware cache monitoring on this host ({}); try --emulate MODEL (emulated cache driven by this host's containers) or --emulate MODEL --scenario FILE",
                     why.join("; ")
                 )));
             }
