@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Collector cost of `cachescope record` on a busy emulated scenario: 100 containers on 2 L3
-# domains, sampled every 1 ms on the wall clock for SECONDS (default 20). Prints lateness,
-# CPU share of one core, peak RSS, bytes on disk, and bytes/hour per container.
-# Usage: scripts/bench-record.sh [SECONDS]
+# Collector cost of `cachescope record` on a busy emulated scenario: CONTAINERS (default 100)
+# containers on 2 L3 domains, sampled every 1 ms on the wall clock for SECONDS (default 20).
+# Prints lateness, CPU share of one core, peak RSS, bytes on disk, and bytes/hour per container.
+# The CPU share includes the emulator (its cache model and the emulated counter reads): see
+# `cargo run --release -p cachescope-emu --example model_bench` for that part at 100 containers.
+# Usage: scripts/bench-record.sh [SECONDS [CONTAINERS]]
 set -euo pipefail
 secs=${1:-20}
+n=${2:-100}
 cd "$(dirname "$0")/.."
 cargo build --release -q -p cachescope
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 {
   printf '[platform]\nmodel = "intel-xeon-platinum-8160"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n'
-  for i in $(seq 0 99); do
+  for i in $(seq 0 $((n - 1))); do
     printf '\n[[container]]\nname = "c%02d"\ncpus = [%d]\nfootprint_mib = %d\nbandwidth_mbps = %d\nlocal_fraction = 0.8\nstart_ms = 0\n' \
       "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
   done
@@ -21,8 +24,8 @@ trap 'rm -rf "$work"' EXIT
 grep -v '^TIME' "$work/err"
 read -r _ wall user sys rss < <(grep '^TIME' "$work/err")
 bytes=$(du -cb "$work"/rec/*.parquet | tail -1 | cut -f1)
-awk -v w="$wall" -v u="$user" -v s="$sys" -v r="$rss" -v b="$bytes" -v secs="$secs" 'BEGIN {
+awk -v n="$n" -v w="$wall" -v u="$user" -v s="$sys" -v r="$rss" -v b="$bytes" -v secs="$secs" 'BEGIN {
   printf "collector CPU: %.1f %% of one core (user %.2f s + sys %.2f s over %.2f s)\n", 100 * (u + s) / w, u, s, w
   printf "peak RSS: %.1f MB\n", r / 1024
-  printf "on disk: %d bytes for %d s: %.2f MB/hour for all 100 containers, %.3f MB/hour per container\n", b, secs, b / secs * 3600 / 1e6, b / secs * 3600 / 1e6 / 100
+  printf "on disk: %d bytes for %d s: %.2f MB/hour for all %d containers, %.3f MB/hour per container\n", b, secs, b / secs * 3600 / 1e6, n, b / secs * 3600 / 1e6 / n
 }'
