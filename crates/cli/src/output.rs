@@ -16,6 +16,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// How often, at most, rows go to the Parquet writer thread, and the batch size that sends
+/// them sooner. Rows still in a batch at SIGINT/SIGTERM are written; at kill -9 they are lost
+/// with the rest of the row group not yet flushed.
+const SEND_EVERY: Duration = Duration::from_millis(50);
+const SEND_ROWS: usize = 65_536;
+
 /// What the subcommand asked for.
 #[derive(Debug, Clone)]
 pub enum Mode {
@@ -56,10 +62,25 @@ pub struct RunInfo {
 
 enum Sink {
     Table(Accumulator),
-    Tui { acc: Accumulator, tui: Tui },
+    Tui {
+        acc: Accumulator,
+        tui: Tui,
+    },
     Jsonl,
-    Record { rec: Recorder, sparse: Sparse, failing: bool, dir: PathBuf },
-    Serve { metrics: Arc<Mutex<Metrics>>, _server: Arc<tiny_http::Server> },
+    /// Rows kept by the sparse filter are handed to the writer thread in batches (`batch`,
+    /// last handed over at `sent`): one wake-up of that thread per tick cost more than the rows.
+    Record {
+        rec: Recorder,
+        sparse: Sparse,
+        failing: bool,
+        dir: PathBuf,
+        batch: Vec<Row>,
+        sent: Duration,
+    },
+    Serve {
+        metrics: Arc<Mutex<Metrics>>,
+        _server: Arc<tiny_http::Server>,
+    },
 }
 
 pub struct Output {
@@ -125,7 +146,14 @@ impl Output {
                 o.metadata.extend(info.extra);
                 let rec =
                     Recorder::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
-                Sink::Record { rec, sparse: Sparse::new(info.upscale, 1_000_000_000), failing: false, dir: dir.clone() }
+                Sink::Record {
+                    rec,
+                    sparse: Sparse::new(info.upscale, 1_000_000_000),
+                    failing: false,
+                    dir: dir.clone(),
+                    batch: Vec::new(),
+                    sent: Duration::ZERO,
+                }
             }
             Mode::Serve { listen } => {
                 let server =
@@ -214,8 +242,12 @@ impl Output {
                     return false;
                 }
             }
-            Sink::Record { rec, sparse, failing, .. } => {
-                rec.send(sparse.filter(rows));
+            Sink::Record { rec, sparse, failing, batch, sent, .. } => {
+                batch.extend(sparse.filter(rows));
+                if t.saturating_sub(*sent) >= SEND_EVERY || batch.len() >= SEND_ROWS {
+                    rec.send(std::mem::take(batch));
+                    *sent = t;
+                }
                 if due {
                     let st = rec.stats();
                     match (&st.failing, *failing) {
@@ -282,7 +314,8 @@ impl Output {
             self.lateness.max(),
             self.missed
         );
-        if let Sink::Record { rec, sparse, dir, .. } = self.sink {
+        if let Sink::Record { rec, sparse, dir, batch, .. } = self.sink {
+            rec.send(batch);
             let st = rec.finish().map_err(|e| CliError::unavailable(format!("closing the Parquet files: {e}")))?;
             eprintln!(
                 "cachescope: recorded {} rows ({} of {} sampled, sparse) in {} files, {} bytes, in {}{}",
