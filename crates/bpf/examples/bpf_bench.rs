@@ -82,6 +82,11 @@ fn main() {
         .map(|c| c as usize)
         .collect();
     let (ev, unit) = cachescope_perf::counter::cycles_or_cpu_clock();
+    // The program attached for one measurement (1 ms slots, the map sized for the largest run).
+    let attach = || {
+        Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(CAP_CGROUPS, CAP_DRAIN))
+            .unwrap()
+    };
     println!("bpf_bench: {} CPUs, event {unit}, 1 ms slots", cpus.len());
 
     // 2. Context-switch cost, interleaved with/without.
@@ -89,13 +94,7 @@ fn main() {
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         without.push(ping_pong(rounds));
-        let mut a = Attribution::start(
-            &[ev],
-            &cpus,
-            Duration::from_millis(1),
-            cachescope_bpf::capacity_for(CAP_CGROUPS, CAP_DRAIN),
-        )
-        .unwrap();
+        let mut a = attach();
         with.push(ping_pong(rounds));
         let _ = a.drain_all().unwrap();
     }
@@ -107,13 +106,7 @@ fn main() {
     );
 
     // What a drain costs by itself, and what waking every 1 ms costs with nothing to do.
-    let mut a = Attribution::start(
-        &[ev],
-        &cpus,
-        Duration::from_millis(1),
-        cachescope_bpf::capacity_for(CAP_CGROUPS, CAP_DRAIN),
-    )
-    .unwrap();
+    let mut a = attach();
     let t = Instant::now();
     for _ in 0..2000 {
         let _ = a.drain().unwrap();
@@ -144,13 +137,7 @@ fn main() {
             sb.spawn(&format!("w{i}"), c).unwrap();
         }
         for drain_every in [Duration::from_millis(1), Duration::from_millis(10)] {
-            let mut a = Attribution::start(
-                &[ev],
-                &cpus,
-                Duration::from_millis(1),
-                cachescope_bpf::capacity_for(CAP_CGROUPS, CAP_DRAIN),
-            )
-            .unwrap();
+            let mut a = attach();
             let wall = Duration::from_secs(3);
             let (c0, t0) = (cpu_time(), Instant::now());
             let (mut rows, mut slots) = (0usize, std::collections::BTreeSet::new());

@@ -26,6 +26,13 @@ pub const BYTES_PER_CPU_SECOND: f64 = 1e9;
 /// An LLC miss moves one cache line.
 const LINE_BYTES: f64 = 64.0;
 
+/// A host container the drive follows.
+pub struct Followed {
+    pub meta: Arc<ContainerMeta>,
+    /// This interval's PMU values per emulated domain, for the rows.
+    pmu: Vec<Pmu>,
+}
+
 pub struct HostDrive {
     watcher: Option<Watcher>,
     events: Receiver<Event>,
@@ -34,9 +41,10 @@ pub struct HostDrive {
     pub pmu: PmuColumns,
     /// Host L3 domain id → emulated domain (its index).
     domain_index: BTreeMap<u32, u32>,
-    pub metas: BTreeMap<String, Arc<ContainerMeta>>,
-    /// This interval's PMU values per (container, emulated domain), for the rows.
-    pmu_now: BTreeMap<(String, u32), Pmu>,
+    /// The containers followed, by id.
+    pub containers: BTreeMap<String, Followed>,
+    /// Emulated domains, for sizing each container's PMU values.
+    ndomains: usize,
     /// What drives the emulated traffic, in words (header, stderr, file metadata).
     pub driver: String,
 }
@@ -100,8 +108,8 @@ pub fn start(
             root: h.root.clone(),
             pmu,
             domain_index,
-            metas: BTreeMap::new(),
-            pmu_now: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            ndomains: topo.l3_domains.len(),
             driver,
         },
     ))
@@ -116,25 +124,23 @@ impl HostDrive {
             let id = c.identity.id.clone();
             match ev.kind {
                 Lifecycle::Started => {
-                    if self.metas.contains_key(&id) {
+                    if self.containers.contains_key(&id) {
                         continue;
                     }
                     self.pmu.follow(&id, c.cgroup_id, &self.root.join(&c.cgroup_path));
                     emu.add_driven(&id);
-                    self.metas.insert(
-                        id.clone(),
-                        Arc::new(ContainerMeta {
-                            id: id.clone(),
-                            name: c.name.clone(),
-                            pod_uid: c.identity.pod_uid.clone(),
-                            cgroup_path: c.cgroup_path.clone(),
-                            ..Default::default()
-                        }),
-                    );
+                    let meta = Arc::new(ContainerMeta {
+                        id: id.clone(),
+                        name: c.name.clone(),
+                        pod_uid: c.identity.pod_uid.clone(),
+                        cgroup_path: c.cgroup_path.clone(),
+                        ..Default::default()
+                    });
+                    self.containers.insert(id.clone(), Followed { meta, pmu: vec![Pmu::default(); self.ndomains] });
                     started.push(id);
                 }
                 Lifecycle::Stopped => {
-                    if self.metas.remove(&id).is_none() {
+                    if self.containers.remove(&id).is_none() {
                         continue;
                     }
                     self.pmu.unfollow(&id);
@@ -150,9 +156,8 @@ impl HostDrive {
     /// the same span (so the emulated MBM over a run adds up to what was measured).
     pub fn feed(&mut self, emu: &EmuPlatform, dt: Duration) {
         self.pmu.drain();
-        self.pmu_now.clear();
         let secs = dt.as_secs_f64().max(1e-6);
-        for id in self.metas.keys() {
+        for (id, f) in self.containers.iter_mut() {
             for (&host_domain, &d) in &self.domain_index {
                 let (values, cpu_ns) = self.pmu.take(id, host_domain);
                 let bytes = match (values.llc_misses, cpu_ns) {
@@ -161,14 +166,16 @@ impl HostDrive {
                     (None, None) => 0.0,
                 };
                 emu.set_rate(id, d, bytes / secs);
-                self.pmu_now.insert((id.clone(), d), values);
+                if let Some(slot) = f.pmu.get_mut(d as usize) {
+                    *slot = values;
+                }
             }
         }
     }
 
     /// The PMU values measured for (container, emulated domain) this interval.
     pub fn pmu_values(&self, id: &str, domain: u32) -> Pmu {
-        self.pmu_now.get(&(id.to_string(), domain)).cloned().unwrap_or_default()
+        self.containers.get(id).and_then(|f| f.pmu.get(domain as usize)).copied().unwrap_or_default()
     }
 
     pub fn stop(mut self) {

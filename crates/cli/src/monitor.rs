@@ -180,7 +180,7 @@ fn run_emulated(args: &MonitorArgs, mode: &Mode) -> Result<(), CliError> {
         );
         return run_containers(args, mode, emu, Drive::Host(Box::new(host)), &label);
     }
-    let (_, model, emu) = load_emulation(args, "--emulate")?;
+    let (_, model, emu) = load_emulation(args, "--emulate with --cores needs --scenario FILE")?;
     let label = format!("emulated ({model})");
     if let Some(groups) = &args.cores {
         let (caps, domains) = emu_caps(&emu);
@@ -219,9 +219,12 @@ pub(crate) fn container_globs(args: &MonitorArgs) -> Result<Vec<Glob>, CliError>
 }
 
 /// The scenario, the model (`--emulate` or the scenario's) and the emulated platform;
-/// `what` names the option combination in the refusal when no scenario is given.
-pub(crate) fn load_emulation(args: &MonitorArgs, what: &str) -> Result<(Scenario, String, Arc<EmuPlatform>), CliError> {
-    let path = args.scenario.as_ref().ok_or_else(|| CliError::input(format!("{what} needs --scenario FILE")))?;
+/// `no_scenario` is the refusal when no scenario is given.
+pub(crate) fn load_emulation(
+    args: &MonitorArgs,
+    no_scenario: &str,
+) -> Result<(Scenario, String, Arc<EmuPlatform>), CliError> {
+    let path = args.scenario.as_ref().ok_or_else(|| CliError::input(no_scenario))?;
     let scenario = Scenario::load(path).map_err(CliError::input)?;
     let model = args.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
     let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
@@ -323,16 +326,16 @@ impl Drive {
 
     fn meta(&self, id: &str) -> Arc<ContainerMeta> {
         let known = match self {
-            Drive::Scenario(k) => k,
-            Drive::Host(h) => &h.metas,
+            Drive::Scenario(k) => k.get(id).cloned(),
+            Drive::Host(h) => h.containers.get(id).map(|f| f.meta.clone()),
         };
-        known.get(id).cloned().unwrap_or_else(|| ContainerMeta::named(id))
+        known.unwrap_or_else(|| ContainerMeta::named(id))
     }
 
     fn count(&self) -> usize {
         match self {
             Drive::Scenario(k) => k.len(),
-            Drive::Host(h) => h.metas.len(),
+            Drive::Host(h) => h.containers.len(),
         }
     }
 

@@ -301,10 +301,8 @@ impl Output {
     pub fn finish(mut self) -> Result<(), CliError> {
         let _ = std::io::stdout().flush();
         // The terminal first, so that what follows is printed on the normal screen.
-        if matches!(self.sink, Sink::Tui { .. }) {
-            if let Sink::Tui { tui, .. } = std::mem::replace(&mut self.sink, Sink::Jsonl) {
-                tui.stop().map_err(CliError::unavailable)?;
-            }
+        if let Sink::Tui { tui, .. } = &mut self.sink {
+            tui.stop().map_err(CliError::unavailable)?;
         }
         eprintln!(
             "cachescope: {} ticks, lateness p50 {:?} p99 {:?} max {:?}, {} missed",

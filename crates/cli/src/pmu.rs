@@ -30,6 +30,41 @@ pub enum PmuSource {
     Off,
 }
 
+/// What was counted since it was last taken.
+#[derive(Default)]
+struct Tally {
+    /// Values per container and domain: the counted events, or 1 (cpu-clock ns).
+    width: usize,
+    /// Only cpu-clock is counted.
+    cpu_only: bool,
+    /// container → domain → per-event sums since the last take (nested: looked up by &str).
+    sums: BTreeMap<String, BTreeMap<u32, Vec<u64>>>,
+    /// cpu-clock ns per container since the last header line (when `cpu_only`).
+    cpu_ns: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Add one container's counts on one domain.
+    fn charge(&mut self, id: &str, domain: u32, values: &[u64]) {
+        if self.cpu_only {
+            match self.cpu_ns.get_mut(id) {
+                Some(ns) => *ns += values[0],
+                None => {
+                    self.cpu_ns.insert(id.to_string(), values[0]);
+                }
+            }
+        }
+        let doms = match self.sums.get_mut(id) {
+            Some(d) => d,
+            None => self.sums.entry(id.to_string()).or_default(),
+        };
+        let s = doms.entry(domain).or_insert_with(|| vec![0; self.width]);
+        for (x, v) in s.iter_mut().zip(values) {
+            *x += v;
+        }
+    }
+}
+
 enum Source {
     Bpf(Box<Attribution>),
     Perf(CgroupCollector),
@@ -42,10 +77,7 @@ pub struct PmuColumns {
     columns: Vec<usize>,
     /// cgroup id → container id (the eBPF attribution charges cgroup ids).
     names: BTreeMap<u64, String>,
-    /// (container, domain) → per-event sums since the last take.
-    sums: BTreeMap<(String, u32), Vec<u64>>,
-    /// cpu-clock ns per container since the last header line (when no PMU event counts).
-    cpu_ns: BTreeMap<String, u64>,
+    tally: Tally,
     /// Slots drained (eBPF) or group reads (perf) since the last header line.
     reads: u64,
     /// What is counted, for the header and the file metadata.
@@ -62,8 +94,7 @@ impl PmuColumns {
             src: None,
             columns: Vec::new(),
             names: BTreeMap::new(),
-            sums: BTreeMap::new(),
-            cpu_ns: BTreeMap::new(),
+            tally: Tally::default(),
             reads: 0,
             description: format!("off: {why}"),
         }
@@ -112,6 +143,7 @@ impl PmuColumns {
         let on = |src, description| PmuColumns {
             src: Some(src),
             columns: columns.clone(),
+            tally: Tally { width: columns.len().max(1), cpu_only: columns.is_empty(), ..Tally::default() },
             description,
             ..PmuColumns::off(String::new())
         };
@@ -174,29 +206,15 @@ impl PmuColumns {
         if let Some(Source::Perf(col)) = &mut self.src {
             col.remove(id);
         }
-        self.sums.retain(|(c, _), _| c != id);
-    }
-
-    /// Add one container's counts on one domain.
-    fn charge(&mut self, id: &str, domain: u32, values: &[u64]) {
-        if self.columns.is_empty() {
-            *self.cpu_ns.entry(id.to_string()).or_default() += values[0];
-        }
-        let n = self.columns.len().max(1);
-        let s = self.sums.entry((id.to_string(), domain)).or_insert_with(|| vec![0; n]);
-        for (x, v) in s.iter_mut().zip(values) {
-            *x += v;
-        }
+        self.tally.sums.remove(id);
     }
 
     /// Pull what was counted since the last call.
     pub fn drain(&mut self) {
-        let result: Result<Vec<(String, u32, Vec<u64>)>, String> = match &mut self.src {
+        let failed = match &mut self.src {
             None => return,
-            Some(Source::Bpf(a)) => a
-                .drain()
-                .map(|rows| {
-                    let mut out = Vec::new();
+            Some(Source::Bpf(a)) => match a.drain() {
+                Ok(rows) => {
                     let mut last = None;
                     for r in rows {
                         if last != Some(r.slot) {
@@ -204,31 +222,28 @@ impl PmuColumns {
                             self.reads += 1;
                         }
                         if let Some(id) = self.names.get(&r.cgroup_id) {
-                            out.push((id.clone(), r.domain, r.values.to_vec()));
+                            self.tally.charge(id, r.domain, &r.values);
                         }
                     }
-                    out
-                })
-                .map_err(|e| e.to_string()),
-            Some(Source::Perf(col)) => col
-                .sample()
-                .map(|deltas| {
-                    self.reads += 1;
-                    deltas.into_iter().map(|d| (d.id, d.domain, d.values)).collect()
-                })
-                .map_err(|e| e.to_string()),
-        };
-        match result {
-            Ok(rows) => {
-                for (id, domain, values) in rows {
-                    self.charge(&id, domain, &values);
+                    None
                 }
-            }
-            Err(e) => {
-                eprintln!("cachescope: PMU counting stopped: {e}");
-                self.src = None;
-                self.description = format!("off: stopped: {e}");
-            }
+                Err(e) => Some(e.to_string()),
+            },
+            Some(Source::Perf(col)) => match col.sample() {
+                Ok(deltas) => {
+                    self.reads += 1;
+                    for d in deltas {
+                        self.tally.charge(&d.id, d.domain, &d.values);
+                    }
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            },
+        };
+        if let Some(e) = failed {
+            eprintln!("cachescope: PMU counting stopped: {e}");
+            self.src = None;
+            self.description = format!("off: stopped: {e}");
         }
     }
 
@@ -236,7 +251,7 @@ impl PmuColumns {
     /// the CPU time (ns) charged to it where only cpu-clock counts.
     pub fn take(&mut self, id: &str, domain: u32) -> (PmuValues, Option<u64>) {
         let mut v = [None; 4];
-        let sums = self.sums.remove(&(id.to_string(), domain));
+        let sums = self.tally.sums.get_mut(id).and_then(|d| d.remove(&domain));
         if self.src.is_none() {
             return (PmuValues::from_values(v), None);
         }
@@ -260,12 +275,13 @@ impl PmuColumns {
             return None;
         }
         let secs = period.as_secs_f64().max(1e-9);
-        let ids: std::collections::BTreeSet<&String> = self.names.values().chain(self.cpu_ns.keys()).collect();
+        let cpu_ns = &mut self.tally.cpu_ns;
+        let ids: std::collections::BTreeSet<&String> = self.names.values().chain(cpu_ns.keys()).collect();
         let per: Vec<String> = ids
             .into_iter()
-            .map(|id| format!("{id} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
+            .map(|id| format!("{id} {:.3}", cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
             .collect();
-        self.cpu_ns.clear();
+        cpu_ns.clear();
         Some(format!("CPUs used ({how}): {}", per.join(", ")))
     }
 }

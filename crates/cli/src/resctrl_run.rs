@@ -126,13 +126,11 @@ pub fn run(args: &MonitorArgs, mode: &Mode, emulate: bool) -> Result<(), CliErro
     // The emulated mount, held to the end of this function (dropping it unmounts); declared
     // before the session so it drops after it.
     let _mount: Option<Mounted>;
-    if emulate && args.scenario.is_none() {
-        return Err(CliError::input(
-            "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
-        ));
-    }
     let rc = if emulate {
-        let (scenario, model, platform) = load_emulation(args, "--backend resctrl --emulate")?;
+        let (scenario, model, platform) = load_emulation(
+            args,
+            "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
+        )?;
         l3_bytes = Some(platform.l3_bytes());
         cpu = Some(platform.cpu_info().clone());
         let p = Play::new(&h, &scenario)?;

@@ -73,8 +73,8 @@ impl Tui {
         self.quit.load(Ordering::Relaxed)
     }
 
-    /// Give the terminal back; an error the UI met on the way.
-    pub fn stop(mut self) -> Result<(), String> {
+    /// Give the terminal back; an error the UI met on the way. Later calls do nothing.
+    pub fn stop(&mut self) -> Result<(), String> {
         self.tx = None;
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(r)) => r,

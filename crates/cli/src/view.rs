@@ -146,8 +146,7 @@ impl Accumulator {
     pub fn take(&mut self, period: Duration, l3_bytes: Option<u64>) -> Vec<ViewRow> {
         let secs = period.as_secs_f64().max(1e-9);
         let mut out = Vec::new();
-        for r in self.rows.values_mut().flat_map(|d| d.iter_mut()) {
-            let (domain, a) = r;
+        for (domain, a) in self.rows.values_mut().flat_map(|d| d.iter_mut()) {
             let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
             out.push(ViewRow {
                 label: a.label.clone(),

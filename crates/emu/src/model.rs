@@ -37,6 +37,12 @@ struct Container {
     driven: Option<Vec<f64>>,
 }
 
+impl Container {
+    fn running_at(&self, now: Duration) -> bool {
+        self.start <= now && self.stop.is_none_or(|s| now < s)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Domain {
     lines: BTreeMap<(usize, u32), f64>,
@@ -94,12 +100,8 @@ impl CacheModel {
         self.l3
     }
 
-    fn is_running(&self, c: &Container) -> bool {
-        c.start <= self.now && c.stop.is_none_or(|s| self.now < s)
-    }
-
     pub fn running(&self) -> Vec<String> {
-        self.containers.iter().filter(|c| self.is_running(c)).map(|c| c.name.clone()).collect()
+        self.containers.iter().filter(|c| c.running_at(self.now)).map(|c| c.name.clone()).collect()
     }
 
     /// Add a container whose traffic is set from outside ([`set_rate`](Self::set_rate)),
@@ -107,7 +109,7 @@ impl CacheModel {
     /// line in), up to the L3 size: its working set is unknown, so nothing caps it lower.
     /// False when a container of that name is running already.
     pub fn add_driven(&mut self, name: &str) -> bool {
-        if self.containers.iter().any(|c| c.name == name && self.is_running(c)) {
+        if self.containers.iter().any(|c| c.name == name && c.running_at(self.now)) {
             return false;
         }
         // A name that comes back (a restarted container) gets a fresh entry: its old lines
@@ -129,8 +131,7 @@ impl CacheModel {
     /// Set a driven container's memory traffic in `domain`, bytes per second, until set again.
     pub fn set_rate(&mut self, name: &str, domain: u32, bytes_per_sec: f64) -> bool {
         let now = self.now;
-        let running = |c: &Container| c.start <= now && c.stop.is_none_or(|s| now < s);
-        match self.containers.iter_mut().rev().find(|c| c.name == name && running(c)) {
+        match self.containers.iter_mut().rev().find(|c| c.name == name && c.running_at(now)) {
             Some(Container { driven: Some(rates), .. }) if (domain as usize) < rates.len() => {
                 rates[domain as usize] = bytes_per_sec.max(0.0);
                 true
@@ -220,7 +221,7 @@ impl CacheModel {
             let mut fills: Vec<(usize, Vec<u32>, f64)> = Vec::new();
             for i in 0..self.containers.len() {
                 let c = &self.containers[i];
-                if !self.is_running(c) {
+                if !c.running_at(self.now) {
                     continue;
                 }
                 let (tags, traffic, footprint) = match &c.driven {
