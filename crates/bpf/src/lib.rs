@@ -19,6 +19,8 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/attrib.skel.rs"));
 }
 
+pub mod columns;
+
 use cachescope_perf::Encoded;
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};

@@ -7,6 +7,7 @@
 
 pub mod identity;
 pub mod sandbox;
+pub mod source;
 pub mod watch;
 
 use cachescope_platform::mountinfo::{self, CgroupLayout};

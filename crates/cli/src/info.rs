@@ -455,8 +455,9 @@ pub fn render(r: &InfoReport) -> String {
     if let Some(why) = &r.host_cmt_absence {
         let _ = writeln!(
             o,
-            "  CMT/MBM cannot be used on this host ({why}); occupancy and bandwidth come from the {} backend and are marked as such",
-            r.auto.cache_monitoring.unwrap_or("(none)")
+            "  cache monitoring: {} — CMT/MBM cannot be used on this host ({why}): monitor, record and serve go on {}; --emulate MODEL emulates occupancy and bandwidth, marked as emulated",
+            r.auto.cache_monitoring.unwrap_or("(none)"),
+            cachescope_detect::NONE_DOES
         );
     } else {
         let _ = writeln!(o, "  cache monitoring: {}", r.auto.cache_monitoring.unwrap_or("(none available)"));

@@ -1,14 +1,11 @@
 //! `cachescope`: the command-line edge. Errors become one line on stderr and the exit codes of
-//! DESIGN.md §5.1: 0 success, 2 bad usage or bad input, 3 requested backend unavailable.
+//! docs/cli.md: 0 success, 2 bad usage or bad input, 3 requested backend unavailable.
 
 mod duration;
-mod host_drive;
 mod info;
-mod monitor;
-mod output;
-mod pmu;
+mod parts;
 mod report;
-mod resctrl_run;
+mod terminal;
 mod tui;
 mod view;
 
@@ -19,7 +16,9 @@ use std::process::ExitCode;
 #[command(
     name = "cachescope",
     version,
-    about = "Per-container LLC occupancy, memory bandwidth and PMU counters at millisecond granularity"
+    about = "Per-container LLC occupancy, memory bandwidth and PMU counters at millisecond granularity",
+    after_help = "Contracts (flags, exit codes, the Parquet schema, the metrics, the scenario format): docs/ in the \
+                  source repository (docs/cli.md, docs/data.md, docs/metrics.md, docs/scenario.md)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,9 +31,9 @@ enum Command {
     Info(info::InfoArgs),
     /// Live view: LLC occupancy, memory bandwidth and PMU counts per container, sorted by occupancy.
     Monitor(MonitorCmd),
-    /// Record samples to Parquet files (DESIGN.md §5.3) in a directory.
+    /// Record samples to Parquet files (docs/data.md) in a directory, and serve them with --listen.
     Record(RecordCmd),
-    /// Serve Prometheus metrics at /metrics (default 127.0.0.1:9435).
+    /// Serve Prometheus metrics at /metrics (default 127.0.0.1:9435; docs/metrics.md), and record with --output.
     Serve(ServeCmd),
     /// Summarize recorded Parquet files per container.
     Report(report::ReportArgs),
@@ -43,8 +42,8 @@ enum Command {
 #[derive(clap::Args)]
 struct MonitorCmd {
     #[command(flatten)]
-    common: monitor::MonitorArgs,
-    /// JSON lines on stdout (one object per row, §5.3 column names) instead of tables.
+    common: parts::Common,
+    /// JSON lines on stdout (one object per row, docs/data.md column names) instead of tables.
     #[arg(long, conflicts_with = "plain")]
     jsonl: bool,
     /// Plain periodic tables even on a terminal (without one they are the default).
@@ -52,13 +51,9 @@ struct MonitorCmd {
     plain: bool,
 }
 
+/// Parquet output.
 #[derive(clap::Args)]
-struct RecordCmd {
-    #[command(flatten)]
-    common: monitor::MonitorArgs,
-    /// Directory for the Parquet files (created if missing).
-    #[arg(long, value_name = "DIR")]
-    output: std::path::PathBuf,
+struct Files {
     /// Start a new file after this long.
     #[arg(long, default_value = "10m", value_parser = duration::parse)]
     rotate_every: std::time::Duration,
@@ -67,13 +62,41 @@ struct RecordCmd {
     rotate_mib: u64,
 }
 
+impl Files {
+    fn with(&self, dir: Option<std::path::PathBuf>) -> Result<Option<(std::path::PathBuf, std::time::Duration, u64)>, CliError> {
+        if self.rotate_mib == 0 {
+            return Err(CliError::input("--rotate-mib must be at least 1"));
+        }
+        Ok(dir.map(|d| (d, self.rotate_every, self.rotate_mib << 20)))
+    }
+}
+
+#[derive(clap::Args)]
+struct RecordCmd {
+    #[command(flatten)]
+    common: parts::Common,
+    /// Directory for the Parquet files (created if missing).
+    #[arg(long, value_name = "DIR")]
+    output: std::path::PathBuf,
+    #[command(flatten)]
+    files: Files,
+    /// Also serve Prometheus metrics at this address (one process records and serves).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+}
+
 #[derive(clap::Args)]
 struct ServeCmd {
     #[command(flatten)]
-    common: monitor::MonitorArgs,
+    common: parts::Common,
     /// Address to listen on; all interfaces only if asked for (e.g. 0.0.0.0:9435).
     #[arg(long, default_value = "127.0.0.1:9435")]
     listen: std::net::SocketAddr,
+    /// Also record Parquet files in this directory (one process serves and records).
+    #[arg(long, value_name = "DIR")]
+    output: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    files: Files,
 }
 
 /// An error that knows its exit status.
@@ -145,22 +168,22 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
-        Command::Monitor(c) => monitor::run(&c.common, &output::Mode::Monitor { jsonl: c.jsonl, plain: c.plain }),
-        Command::Record(c) => {
-            if c.rotate_mib == 0 {
-                Err(CliError::input("--rotate-mib must be at least 1"))
+        Command::Monitor(c) => {
+            let t = if c.jsonl {
+                parts::Terminal::Jsonl
+            } else if c.plain {
+                parts::Terminal::Plain
             } else {
-                monitor::run(
-                    &c.common,
-                    &output::Mode::Record {
-                        dir: c.output,
-                        rotate_every: c.rotate_every,
-                        rotate_bytes: c.rotate_mib << 20,
-                    },
-                )
-            }
+                parts::Terminal::View
+            };
+            parts::run(&c.common, &parts::Outputs { terminal: Some(t), ..Default::default() })
         }
-        Command::Serve(c) => monitor::run(&c.common, &output::Mode::Serve { listen: c.listen }),
+        Command::Record(c) => c.files.with(Some(c.output)).and_then(|record| {
+            parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: c.listen })
+        }),
+        Command::Serve(c) => c.files.with(c.output).and_then(|record| {
+            parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: Some(c.listen) })
+        }),
         Command::Report(args) => report::run(&args),
     };
     match result {

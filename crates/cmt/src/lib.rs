@@ -3,11 +3,11 @@
 //! - [`Reader`]: the read protocol (one reader CPU per L3 domain, serialized per domain;
 //!   EVTSEL write then CTR read; Error → re-read EVTSEL to detect interference and retry,
 //!   Unavailable → retry, both bounded).
-//! - [`MbmTracker`]: cumulative counts to per-interval bytes, modulo 2^width, with the longest
-//!   safe interval enforced.
+//! - [`check_interval`]: the longest sampling interval at which MBM counters cannot wrap unseen.
 //! - [`CorePinning`]: core-pinned RMIDs in IA32_PQR_ASSOC with CLOS kept, tampering reported,
 //!   originals restored.
-//! - [`ContainerRmids`]: containers to RMIDs through the allocator, limbo handled.
+//! - [`MsrBackend`]: the engine's msr (and emulated) backend: containers and core groups to
+//!   RMIDs through the allocator, limbo handled, raw counts read.
 
 #![forbid(unsafe_code)]
 
@@ -16,16 +16,14 @@ mod session;
 
 use cachescope_hw::cpuid::L3Monitoring;
 use cachescope_hw::msr::{
-    cumulative_delta, max_safe_interval, Cumulative, Event, EvtSel, MsrDevice, MsrError, QmCtr, RegisterError,
-    IA32_QM_CTR, IA32_QM_EVTSEL,
+    max_safe_interval, Event, EvtSel, MsrDevice, MsrError, QmCtr, RegisterError, IA32_QM_CTR, IA32_QM_EVTSEL,
 };
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use pinning::{parse_core_groups, CorePinning, PinError, Tampered};
-pub use session::{sample_rmid, ContainerRmids, ContainerSample, RmidSample, SessionError, TaskTagger};
+pub use pinning::{parse_core_groups, CoreGroups, CorePinning, PinError, Tampered};
+pub use session::{MsrBackend, TaskTagger};
 
 /// What the monitoring hardware offers, from CPUID.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,74 +193,20 @@ pub struct IntervalTooLong {
     pub peak_gbps: f64,
 }
 
-/// Per-interval MBM bytes from cumulative counters.
-#[derive(Debug, Clone)]
-pub struct MbmTracker {
-    width: u32,
-    upscale: u64,
-    max_interval: Duration,
-    last: BTreeMap<(u32, u32, Event), (u64, Duration)>,
-}
-
-/// One MBM delta.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MbmDelta {
-    pub counts: u64,
-    pub bytes: u64,
-    /// The two reads were farther apart than the safe interval: whole wraps may be missing.
-    pub gap_exceeded: bool,
-}
-
-impl MbmTracker {
-    /// `peak_bytes_per_sec`: the most the platform can move per domain (sets the safe interval).
-    pub fn new(caps: &Caps, peak_bytes_per_sec: u64) -> Self {
-        MbmTracker {
+/// Refuse a sampling interval during which an MBM counter of `caps` could wrap more than
+/// once unseen at `peak_bytes_per_sec` (the most one domain can move).
+pub fn check_interval(caps: &Caps, interval: Duration, peak_bytes_per_sec: u64) -> Result<(), IntervalTooLong> {
+    let max = max_safe_interval(caps.counter_width, caps.upscale_factor, peak_bytes_per_sec);
+    if interval > max {
+        return Err(IntervalTooLong {
+            interval,
+            max,
             width: caps.counter_width,
-            upscale: u64::from(caps.upscale_factor),
-            max_interval: max_safe_interval(caps.counter_width, caps.upscale_factor, peak_bytes_per_sec),
-            last: BTreeMap::new(),
-        }
+            upscale: caps.upscale_factor,
+            peak_gbps: peak_bytes_per_sec as f64 / 1e9,
+        });
     }
-
-    pub fn max_interval(&self) -> Duration {
-        self.max_interval
-    }
-
-    /// Refuse a sampling interval during which the counter could wrap more than once unseen.
-    pub fn check_interval(&self, interval: Duration, peak_bytes_per_sec: u64) -> Result<(), IntervalTooLong> {
-        if interval > self.max_interval {
-            return Err(IntervalTooLong {
-                interval,
-                max: self.max_interval,
-                width: self.width,
-                upscale: self.upscale as u32,
-                peak_gbps: peak_bytes_per_sec as f64 / 1e9,
-            });
-        }
-        Ok(())
-    }
-
-    /// Feed a reading taken at `at`; the delta since the previous good reading of the same
-    /// counter, or None for the first reading (or after Unavailable/Error, which break the chain).
-    pub fn update(&mut self, domain: u32, rmid: u32, event: Event, reading: Reading, at: Duration) -> Option<MbmDelta> {
-        let key = (domain, rmid, event);
-        let Reading::Count(count) = reading else {
-            self.last.remove(&key);
-            return None;
-        };
-        let prev = self.last.insert(key, (count, at));
-        // One derivation for every backend: an RMID's chain is broken by forget_rmid, so the
-        // generation is constant here.
-        let cum = |value| Cumulative { generation: 0, value };
-        let (p, t) = prev?;
-        let counts = cumulative_delta(Some(cum(p)), cum(count), self.width)?;
-        Some(MbmDelta { counts, bytes: counts * self.upscale, gap_exceeded: at.saturating_sub(t) > self.max_interval })
-    }
-
-    /// Forget a counter's history (its RMID changed owner).
-    pub fn forget_rmid(&mut self, domain: u32, rmid: u32) {
-        self.last.retain(|(d, r, _), _| !(*d == domain && *r == rmid));
-    }
+    Ok(())
 }
 
 #[cfg(test)]

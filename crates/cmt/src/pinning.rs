@@ -144,3 +144,36 @@ pub fn parse_core_groups(input: &str) -> Result<Vec<Vec<u32>>, PinError> {
     }
     Ok(groups)
 }
+
+/// Core groups (`--cores`) as the engine's containers: each group, named `cores 0-3`, starts
+/// with the run and carries its CPUs, so the backend pins an RMID on them.
+pub struct CoreGroups {
+    groups: Vec<Vec<u32>>,
+    started: bool,
+}
+
+impl CoreGroups {
+    pub fn new(groups: Vec<Vec<u32>>) -> CoreGroups {
+        CoreGroups { groups, started: false }
+    }
+}
+
+impl cachescope_engine::ContainerSource for CoreGroups {
+    fn poll(&mut self, _: std::time::Duration, out: &mut Vec<cachescope_engine::Change>) -> Result<(), String> {
+        if std::mem::replace(&mut self.started, true) {
+            return Ok(());
+        }
+        for g in &self.groups {
+            out.push(cachescope_engine::Change::Started(cachescope_engine::Container {
+                meta: cachescope_engine::ContainerMeta::named(&format!("cores {}", cpulist::format(g))),
+                cpus: Some(g.clone()),
+                ..Default::default()
+            }));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("{} core groups", self.groups.len())
+    }
+}

@@ -1,204 +1,117 @@
-//! Containers to RMIDs: allocate on start, tag the container's tasks, sample every L3 domain,
-//! free into limbo on stop, and give limbo RMIDs back only once their occupancy has decayed.
+//! The msr backend (and the emulated one, which is the same code over the emulator): RMIDs
+//! from the allocator for each attached container, valid in every domain it can run in;
+//! its tasks tagged by a [`TaskTagger`] (the emulator playing the kernel) or, for core
+//! groups, its cores' IA32_PQR_ASSOC written; raw counts read every interval; freed RMIDs
+//! held in limbo until their occupancy has decayed.
 
-use crate::{MbmTracker, ReadError, Reader, Reading};
-use cachescope_hw::msr::{Event, MsrDevice};
+use crate::{Caps, CorePinning, ReadError, Reader, Reading};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, SlotCounts};
+use cachescope_engine::containers::{Container, ContainerSource};
+use cachescope_engine::{ContainerMeta, Status, WaitReason};
+use cachescope_hw::msr::{Cumulative, Event, MsrDevice};
 use cachescope_rmid::{AllocError, Allocator, Config};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Whoever moves a container's threads onto an RMID: resctrl's `tasks`, a kernel module, or
-/// the emulator playing the kernel.
+/// Whoever moves a container's threads onto an RMID: a kernel module, or the emulator playing
+/// the kernel.
 pub trait TaskTagger {
     fn tag(&self, container: &str, rmid: Option<u32>) -> Result<(), String>;
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum SessionError {
-    #[error("tagging container {container:?}: {why}")]
-    Tag { container: String, why: String },
-    #[error(transparent)]
-    Read(#[from] ReadError),
-}
-
-/// One (container, domain) sample.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerSample {
-    pub container: String,
-    pub domain: u32,
-    pub rmid: Option<u32>,
-    pub occupancy_bytes: Option<u64>,
-    /// Bytes since the previous sample (None on the first one, or after a gap in data).
-    pub mbm_total_bytes: Option<u64>,
-    pub mbm_local_bytes: Option<u64>,
-    /// `ok`, `unavailable`, `error` or `no_rmid` (DESIGN.md §5.3).
-    pub status: &'static str,
-}
-
-/// What one RMID shows in one domain at one sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RmidSample {
-    /// `ok`, `unavailable` or `error`, from the occupancy read.
-    pub status: &'static str,
-    pub occupancy_bytes: Option<u64>,
-    /// Bytes since the previous sample of this counter (None for the first, or after a gap).
-    pub mbm_total_bytes: Option<u64>,
-    pub mbm_local_bytes: Option<u64>,
-}
-
-/// Read every event the hardware offers for `rmid` in `domain`; MBM through `mbm`.
-pub fn sample_rmid<D: MsrDevice>(
-    reader: &Reader<D>,
-    mbm: &mut MbmTracker,
-    domain: u32,
+struct Attached<D: MsrDevice> {
+    meta: Arc<ContainerMeta>,
     rmid: u32,
-    now: Duration,
-) -> Result<RmidSample, ReadError> {
-    let has = |e: Event| reader.caps().events.contains(&e);
-    let occ = if has(Event::L3Occupancy) { Some(reader.read(domain, rmid, Event::L3Occupancy)?) } else { None };
-    let mut delta = |e: Event| -> Result<Option<u64>, ReadError> {
-        if !has(e) {
-            return Ok(None);
-        }
-        let r = reader.read(domain, rmid, e)?;
-        Ok(mbm.update(domain, rmid, e, r, now).map(|x| x.bytes))
-    };
-    let (mbm_total_bytes, mbm_local_bytes) = (delta(Event::MbmTotal)?, delta(Event::MbmLocal)?);
-    let (status, occupancy_bytes) = match occ {
-        Some(Reading::Count(c)) => ("ok", Some(c * u64::from(reader.caps().upscale_factor))),
-        Some(Reading::Unavailable) => ("unavailable", None),
-        Some(Reading::Error) => ("error", None),
-        None => ("ok", None),
-    };
-    Ok(RmidSample { status, occupancy_bytes, mbm_total_bytes, mbm_local_bytes })
-}
-
-pub struct ContainerRmids {
-    alloc: Allocator<String>,
+    /// Changes with every attach, so a re-used RMID never continues an old count.
+    generation: u64,
     domains: Vec<u32>,
-    assigned: BTreeMap<String, u32>,
-    /// Containers waiting for an RMID, in arrival order, with the last reason.
-    pending: Vec<(String, AllocError)>,
-    mbm: MbmTracker,
+    /// Core groups: the associations written for its cores.
+    pin: Option<CorePinning<D>>,
 }
 
-impl ContainerRmids {
-    pub fn new(domains: Vec<u32>, cfg: Config, mbm: MbmTracker) -> Self {
-        ContainerRmids {
-            alloc: Allocator::new(&domains, cfg),
-            domains,
-            assigned: BTreeMap::new(),
-            pending: Vec::new(),
-            mbm,
+pub struct MsrBackend<D: MsrDevice + Clone> {
+    info: BackendInfo,
+    reader: Reader<D>,
+    /// (domain, its CPUs).
+    topology: Vec<(u32, Vec<u32>)>,
+    alloc: Allocator<String>,
+    tagger: Option<Box<dyn TaskTagger>>,
+    attached: BTreeMap<String, Attached<D>>,
+    generation: u64,
+    restored: usize,
+    left_alone: usize,
+}
+
+fn read_err(e: ReadError) -> String {
+    e.to_string()
+}
+
+impl<D: MsrDevice + Clone> MsrBackend<D> {
+    /// `info`: what it says about itself (its domains are taken from `domains`); `tagger`:
+    /// who tags a container's tasks (None: only core groups can be monitored).
+    pub fn new(
+        dev: D,
+        caps: Caps,
+        domains: &[(u32, Vec<u32>)],
+        cfg: Config,
+        tagger: Option<Box<dyn TaskTagger>>,
+        mut info: BackendInfo,
+    ) -> MsrBackend<D> {
+        let reader = Reader::new(dev, caps, domains, crate::Retries::default());
+        info.domains = reader.domain_ids();
+        info.upscale = u64::from(reader.caps().upscale_factor);
+        info.mbm_width = reader.caps().counter_width;
+        info.mbm_unit = info.upscale;
+        MsrBackend {
+            alloc: Allocator::new(&info.domains, cfg),
+            info,
+            reader,
+            topology: domains.to_vec(),
+            tagger,
+            attached: BTreeMap::new(),
+            generation: 0,
+            restored: 0,
+            left_alone: 0,
         }
+    }
+
+    pub fn reader(&self) -> &Reader<D> {
+        &self.reader
     }
 
     pub fn allocator(&self) -> &Allocator<String> {
         &self.alloc
     }
 
-    pub fn rmid_of(&self, container: &str) -> Option<u32> {
-        self.assigned.get(container).copied()
+    pub fn rmid_of(&self, id: &str) -> Option<u32> {
+        self.attached.get(id).map(|a| a.rmid)
     }
 
-    /// Containers without an RMID, with the reason.
-    pub fn unmonitored(&self) -> &[(String, AllocError)] {
-        &self.pending
-    }
-
-    /// A container started: give it an RMID (valid in every domain) and tag its tasks, or
-    /// queue it as `no_rmid` when none is free.
-    pub fn start(&mut self, container: &str, tagger: &dyn TaskTagger) -> Result<Option<u32>, SessionError> {
-        if let Some(r) = self.assigned.get(container) {
-            return Ok(Some(*r));
-        }
-        match self.alloc.allocate(container.to_string(), &self.domains) {
-            Ok(rmid) => {
-                tagger
-                    .tag(container, Some(rmid))
-                    .map_err(|why| SessionError::Tag { container: container.into(), why })?;
-                for d in &self.domains {
-                    self.mbm.forget_rmid(*d, rmid);
-                }
-                self.assigned.insert(container.to_string(), rmid);
-                self.pending.retain(|(c, _)| c != container);
-                Ok(Some(rmid))
-            }
-            Err(e) => {
-                match self.pending.iter_mut().find(|(c, _)| c == container) {
-                    Some(p) => p.1 = e,
-                    None => self.pending.push((container.to_string(), e)),
-                }
-                Ok(None)
-            }
-        }
-    }
-
-    /// A container stopped: untag it and put its RMID into limbo.
-    pub fn stop(&mut self, container: &str, tagger: &dyn TaskTagger, now: Duration) -> Result<(), SessionError> {
-        self.pending.retain(|(c, _)| c != container);
-        if self.assigned.remove(container).is_some() {
-            // The container is gone; a failed untag only means its tasks are gone too.
-            let _ = tagger.tag(container, None);
-            self.alloc.free(&container.to_string(), now);
-        }
-        Ok(())
-    }
-
-    /// Sample every assigned container in every domain, list the unmonitored ones, then check
-    /// limbo RMIDs and hand freed ones to waiting containers.
-    pub fn sample<D: MsrDevice>(
-        &mut self,
-        reader: &Reader<D>,
-        tagger: &dyn TaskTagger,
-        now: Duration,
-    ) -> Result<Vec<ContainerSample>, SessionError> {
-        let mut out = Vec::with_capacity(self.assigned.len() * self.domains.len() + self.pending.len());
-        for (name, &rmid) in &self.assigned {
-            for &d in &self.domains {
-                let x = sample_rmid(reader, &mut self.mbm, d, rmid, now)?;
-                out.push(ContainerSample {
-                    container: name.clone(),
-                    domain: d,
-                    rmid: Some(rmid),
-                    occupancy_bytes: x.occupancy_bytes,
-                    mbm_total_bytes: x.mbm_total_bytes,
-                    mbm_local_bytes: x.mbm_local_bytes,
-                    status: x.status,
-                });
-            }
-        }
-        for (name, _) in &self.pending {
-            for &d in &self.domains {
-                out.push(ContainerSample {
-                    container: name.clone(),
-                    domain: d,
-                    rmid: None,
-                    occupancy_bytes: None,
-                    mbm_total_bytes: None,
-                    mbm_local_bytes: None,
-                    status: "no_rmid",
-                });
-            }
-        }
-        self.check_limbo(reader, now)?;
-        let waiting: Vec<String> = self.pending.iter().map(|(c, _)| c.clone()).collect();
-        for c in waiting {
-            if self.start(&c, tagger)?.is_none() {
-                break; // still nothing free: the rest wait too
+    fn domains_of(&self, cpus: &[u32]) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        for &cpu in cpus {
+            let d = self
+                .topology
+                .iter()
+                .find(|(_, c)| c.contains(&cpu))
+                .map(|(d, _)| *d)
+                .ok_or_else(|| format!("CPU {cpu} is not an online CPU with an L3"))?;
+            if !out.contains(&d) {
+                out.push(d);
             }
         }
         Ok(out)
     }
 
     /// Read the occupancy of every limbo RMID; clean ones return to the free pool.
-    pub fn check_limbo<D: MsrDevice>(&mut self, reader: &Reader<D>, now: Duration) -> Result<usize, ReadError> {
+    pub fn check_limbo(&mut self, now: Duration) -> Result<usize, String> {
         let mut freed = 0;
-        for &d in &self.domains {
+        for &d in &self.info.domains {
             for rmid in self.alloc.limbo(d) {
                 // Unavailable means no lines were ever tagged here: as clean as it gets.
-                let bytes = match reader.read(d, rmid, Event::L3Occupancy)? {
-                    Reading::Count(c) => c * u64::from(reader.caps().upscale_factor),
+                let bytes = match self.reader.read(d, rmid, Event::L3Occupancy).map_err(read_err)? {
+                    Reading::Count(c) => c.saturating_mul(self.info.upscale),
                     Reading::Unavailable => 0,
                     Reading::Error => continue,
                 };
@@ -208,5 +121,161 @@ impl ContainerRmids {
             }
         }
         Ok(freed)
+    }
+
+    fn counter(&self, d: u32, rmid: u32, e: Event, generation: u64) -> Result<Option<Cumulative>, String> {
+        if !self.reader.caps().events.contains(&e) {
+            return Ok(None);
+        }
+        Ok(match self.reader.read(d, rmid, e).map_err(read_err)? {
+            Reading::Count(value) => Some(Cumulative { generation, value }),
+            _ => None,
+        })
+    }
+}
+
+impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+        if self.attached.contains_key(c.id()) {
+            return Ok(Attach::Monitored { rmid: self.rmid_of(c.id()) });
+        }
+        let domains = match &c.cpus {
+            Some(cpus) => self.domains_of(cpus)?,
+            None if self.tagger.is_some() => self.info.domains.clone(),
+            None => return Ok(Attach::Waiting(WaitReason::CannotTag)),
+        };
+        let rmid = match self.alloc.allocate(c.id().to_string(), &domains) {
+            Ok(r) => r,
+            Err(AllocError::Exhausted { .. }) => return Ok(Attach::Waiting(WaitReason::Exhausted)),
+            Err(AllocError::OnlyLimbo { .. }) => return Ok(Attach::Waiting(WaitReason::Limbo)),
+            Err(e) => return Err(e.to_string()),
+        };
+        let pin = match (&c.cpus, &self.tagger) {
+            (Some(cpus), _) => {
+                let caps = self.reader.caps();
+                let pinned = CorePinning::apply(
+                    self.reader.device().clone(),
+                    &[(cpus.clone(), rmid)],
+                    caps.max_rmid,
+                    caps.max_rmid_any,
+                );
+                match pinned {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        self.alloc.free(&c.id().to_string(), Duration::ZERO);
+                        return Err(e.to_string());
+                    }
+                }
+            }
+            (None, Some(t)) => {
+                if let Err(why) = t.tag(c.id(), Some(rmid)) {
+                    self.alloc.free(&c.id().to_string(), Duration::ZERO);
+                    return Err(format!("tagging container {:?}: {why}", c.id()));
+                }
+                None
+            }
+            (None, None) => None,
+        };
+        self.generation += 1;
+        self.attached.insert(
+            c.id().to_string(),
+            Attached { meta: c.meta.clone(), rmid, generation: self.generation, domains, pin },
+        );
+        Ok(Attach::Monitored { rmid: Some(rmid) })
+    }
+
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String> {
+        let Some(mut a) = self.attached.remove(id) else { return Ok(()) };
+        if let Some(mut pin) = a.pin.take() {
+            let r = pin.restore().map_err(|e| e.to_string())?;
+            self.restored += r.restored;
+            self.left_alone += r.left_alone.len();
+        } else if let Some(t) = &self.tagger {
+            // The container is gone; a failed untag only means its tasks are gone too.
+            let _ = t.tag(id, None);
+        }
+        self.alloc.free(&id.to_string(), now);
+        Ok(())
+    }
+
+    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
+        let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
+        for a in self.attached.values() {
+            for &d in &a.domains {
+                let occ =
+                    if has_occ { Some(self.reader.read(d, a.rmid, Event::L3Occupancy).map_err(read_err)?) } else { None };
+                let (status, occupancy_bytes) = match occ {
+                    Some(Reading::Count(c)) => (Status::Ok, Some(c.saturating_mul(self.info.upscale))),
+                    Some(Reading::Unavailable) => (Status::Unavailable, None),
+                    Some(Reading::Error) => (Status::Error, None),
+                    None => (Status::Ok, None),
+                };
+                out.push(RawSample {
+                    container: a.meta.clone(),
+                    domain: d,
+                    at: now,
+                    rmid: Some(a.rmid),
+                    status,
+                    occupancy_bytes,
+                    mbm_total: self.counter(d, a.rmid, Event::MbmTotal, a.generation)?,
+                    mbm_local: self.counter(d, a.rmid, Event::MbmLocal, a.generation)?,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+        self.check_limbo(now)?;
+        for a in self.attached.values() {
+            if let Some(pin) = &a.pin {
+                for x in pin.verify().map_err(|e| e.to_string())? {
+                    eprintln!(
+                        "cachescope: CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
+                        x.cpu, x.found, x.expected
+                    );
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn slots(&self) -> SlotCounts {
+        let mut limbo: Vec<u32> = self.alloc.domains().flat_map(|d| self.alloc.limbo(d)).collect();
+        limbo.sort_unstable();
+        limbo.dedup();
+        SlotCounts { in_use: self.attached.len() as u64, limbo: limbo.len() as u64 }
+    }
+
+    fn header(&self) -> Vec<String> {
+        let groups = self.attached.values().filter(|a| a.pin.is_some()).count();
+        if groups > 0 {
+            vec![format!("core groups={groups}")]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+        let ids: Vec<String> = self.attached.keys().cloned().collect();
+        for id in ids {
+            self.detach(&id, Duration::ZERO)?;
+        }
+        if self.restored + self.left_alone == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(vec![format!(
+            "restored IA32_PQR_ASSOC on {} CPUs{}",
+            self.restored,
+            if self.left_alone == 0 {
+                String::new()
+            } else {
+                format!(", left {} changed by others alone", self.left_alone)
+            }
+        )])
     }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use cachescope_hw::msr::{MsrOp, IA32_PQR_ASSOC};
+use std::collections::BTreeMap;
 
 #[test]
 fn core_groups() {
@@ -11,7 +12,7 @@ fn core_groups() {
 }
 
 #[test]
-fn mbm_tracker_wraps_and_breaks_on_absence() {
+fn longest_safe_interval_is_enforced() {
     let caps = Caps {
         max_rmid: 7,
         max_rmid_any: 7,
@@ -20,19 +21,10 @@ fn mbm_tracker_wraps_and_breaks_on_absence() {
         overflow_bit: false,
         events: vec![],
     };
-    let mut t = MbmTracker::new(&caps, 100_000_000_000);
-    let ms = Duration::from_millis;
-    assert_eq!(t.update(0, 1, Event::MbmTotal, Reading::Count((1 << 24) - 10), ms(0)), None);
-    let d = t.update(0, 1, Event::MbmTotal, Reading::Count(5), ms(1)).unwrap();
-    assert_eq!((d.counts, d.bytes, d.gap_exceeded), (15, 960, false));
-    assert_eq!(t.update(0, 1, Event::MbmTotal, Reading::Unavailable, ms(2)), None);
-    assert_eq!(t.update(0, 1, Event::MbmTotal, Reading::Count(9), ms(3)), None, "chain restarts");
-    // 2^24 * 64 B at 100 GB/s = 10.7 ms.
-    assert!(t.max_interval() > ms(10) && t.max_interval() < ms(11));
-    assert!(t.update(0, 1, Event::MbmTotal, Reading::Count(10), ms(50)).unwrap().gap_exceeded);
-    let e = t.check_interval(Duration::from_secs(1), 100_000_000_000).unwrap_err().to_string();
-    assert!(e.contains("longer than the longest safe MBM interval"), "{e}");
-    assert!(t.check_interval(ms(1), 100_000_000_000).is_ok());
+    // 2^24 × 64 B at 100 GB/s = 10.7 ms.
+    let e = check_interval(&caps, Duration::from_millis(11), 100_000_000_000).unwrap_err().to_string();
+    assert!(e.contains("longer than the longest safe MBM interval 10.7"), "{e}");
+    assert!(check_interval(&caps, Duration::from_millis(10), 100_000_000_000).is_ok());
 }
 
 /// A device that records writes and fails on demand, to check pinning without the emulator.

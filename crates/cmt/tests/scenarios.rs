@@ -1,20 +1,41 @@
-//! The CMT/MBM engine against the emulated platform: scenarios with known answers.
+//! The msr backend against the emulated platform: scenarios with known answers.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use cachescope_cmt::*;
 use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, Sampling};
+use cachescope_engine::containers::{Change, Container, ContainerSource};
+use cachescope_engine::derive::Derive;
+use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Event, MsrDevice, MsrError, IA32_PQR_ASSOC};
 use cachescope_rmid::Config;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Tags scenario containers; names the scenario does not have (fillers) are accepted.
 struct Tagger(Arc<EmuPlatform>);
 impl TaskTagger for Tagger {
     fn tag(&self, c: &str, rmid: Option<u32>) -> Result<(), String> {
-        self.0.tag_container(c, rmid).then_some(()).ok_or_else(|| format!("no container {c}"))
+        self.0.tag_container(c, rmid);
+        Ok(())
     }
+}
+
+/// The backend asks nothing of the source here.
+struct NoSource;
+impl ContainerSource for NoSource {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), String> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        String::new()
+    }
+}
+
+fn container(id: &str) -> Container {
+    Container { meta: ContainerMeta::named(id), ..Default::default() }
 }
 
 fn platform(model: &str, width: Option<u32>, containers: &str) -> Arc<EmuPlatform> {
@@ -31,14 +52,35 @@ fn reader(p: &Arc<EmuPlatform>) -> Reader<Arc<EmuPlatform>> {
     Reader::new(p.clone(), caps, &p.domains(), Retries::default())
 }
 
-fn session(p: &Arc<EmuPlatform>, r: &Reader<Arc<EmuPlatform>>, min_limbo: Duration) -> ContainerRmids {
-    let caps = r.caps();
+fn backend(p: &Arc<EmuPlatform>, min_limbo: Duration, tag: bool) -> MsrBackend<Arc<EmuPlatform>> {
+    let caps = reader(p).caps().clone();
     let cfg = Config {
         max_rmid: caps.max_rmid,
         threshold_bytes: Config::default_threshold(p.l3_bytes(), caps.max_rmid),
         min_limbo,
     };
-    ContainerRmids::new(r.domain_ids(), cfg, MbmTracker::new(caps, 500_000_000_000))
+    let info = BackendInfo {
+        label: "emulated".into(),
+        cpuid: String::new(),
+        domains: Vec::new(),
+        upscale: 0,
+        l3_bytes: Some(p.l3_bytes()),
+        mbm_width: 0,
+        mbm_unit: 0,
+        sampling: Sampling::Virtual,
+        emulated: Some("a scenario".into()),
+        upkeep_every: Duration::from_millis(10),
+        metadata: Vec::new(),
+    };
+    let tagger: Option<Box<dyn TaskTagger>> = if tag { Some(Box::new(Tagger(p.clone()))) } else { None };
+    MsrBackend::new(p.clone(), caps, &p.domains(), cfg, tagger, info)
+}
+
+fn attach(b: &mut MsrBackend<Arc<EmuPlatform>>, c: Container) -> Option<u32> {
+    match b.attach(&c, &NoSource, Duration::ZERO).unwrap() {
+        Attach::Monitored { rmid } => rmid,
+        Attach::Waiting(_) => None,
+    }
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -50,9 +92,9 @@ fn one_container_alone_converges_to_its_footprint() {
         None,
         "[[container]]\nname = \"solo\"\ncpus = [0, 1]\nfootprint_mib = 24\nbandwidth_mbps = 4000\n",
     );
-    let r = reader(&p);
-    let mut s = session(&p, &r, Duration::ZERO);
-    let rmid = s.start("solo", &Tagger(p.clone())).unwrap().unwrap();
+    let mut b = backend(&p, Duration::ZERO, true);
+    let rmid = attach(&mut b, container("solo")).unwrap();
+    let r = b.reader();
     p.advance(Duration::from_secs(1));
     let occ = r.occupancy_bytes(0, rmid).unwrap().unwrap() as f64;
     let upscale = f64::from(r.caps().upscale_factor);
@@ -71,10 +113,9 @@ fn two_containers_never_exceed_the_l3() {
         "[[container]]\nname = \"a\"\ncpus = [0]\nfootprint_mib = 24\nbandwidth_mbps = 6000\n\
          [[container]]\nname = \"b\"\ncpus = [1]\nfootprint_mib = 20\nbandwidth_mbps = 3000\nstart_ms = 100\n",
     );
-    let r = reader(&p);
-    let mut s = session(&p, &r, Duration::ZERO);
-    let t = Tagger(p.clone());
-    let (ra, rb) = (s.start("a", &t).unwrap().unwrap(), s.start("b", &t).unwrap().unwrap());
+    let mut b = backend(&p, Duration::ZERO, true);
+    let (ra, rb) = (attach(&mut b, container("a")).unwrap(), attach(&mut b, container("b")).unwrap());
+    let r = b.reader();
     let l3 = 32.0 * MIB;
     let mut max_sum: f64 = 0.0;
     for _ in 0..200 {
@@ -96,19 +137,26 @@ fn mbm_total_equals_bandwidth_times_time_across_wraps() {
         Some(24),
         "[[container]]\nname = \"bw\"\ncpus = [4]\nfootprint_mib = 8\nbandwidth_mbps = 4000\nlocal_fraction = 0.75\n",
     );
-    let r = reader(&p);
-    assert_eq!(r.caps().counter_width, 24);
-    let mut s = session(&p, &r, Duration::ZERO);
-    let t = Tagger(p.clone());
-    s.start("bw", &t).unwrap();
+    let mut b = backend(&p, Duration::ZERO, true);
+    assert_eq!(b.reader().caps().counter_width, 24);
+    attach(&mut b, container("bw")).unwrap();
+    // The engine's one derivation, on the backend's raw counts.
+    let info = b.info().clone();
+    let mut derive = Derive::new(info.mbm_width, info.mbm_unit, 0);
+    let mut raw = Vec::new();
+    let mut rows = |b: &mut MsrBackend<Arc<EmuPlatform>>, now| {
+        b.collect(now, &mut raw).unwrap();
+        raw.drain(..).map(|s| derive.row(s, Duration::ZERO)).filter(|r| r.domain == 1).collect::<Vec<_>>()
+    };
     let (mut total, mut local) = (0u64, 0u64);
-    s.sample(&r, &t, p.now()).unwrap(); // baseline: no data yet in domain 1 → Unavailable
+    let first = rows(&mut b, p.now()); // no data yet in domain 1 → Unavailable
+    assert!(first.iter().all(|r| r.status == Status::Unavailable && r.mbm_total_bytes.is_none()));
     p.advance(Duration::from_millis(1));
-    s.sample(&r, &t, p.now()).unwrap(); // first counts: baseline
+    rows(&mut b, p.now()); // first counts: baseline
     let start = p.now();
     for _ in 0..100 {
         p.advance(Duration::from_millis(100));
-        for x in s.sample(&r, &t, p.now()).unwrap().iter().filter(|x| x.domain == 1) {
+        for x in rows(&mut b, p.now()) {
             total += x.mbm_total_bytes.unwrap();
             local += x.mbm_local_bytes.unwrap();
         }
@@ -130,50 +178,36 @@ fn freed_rmid_stays_out_of_reuse_until_its_occupancy_decays() {
          [[container]]\nname = \"evictor\"\ncpus = [1]\nfootprint_mib = 32\nbandwidth_mbps = 1000\nstart_ms = 300\n\
          [[container]]\nname = \"new\"\ncpus = [2]\nfootprint_mib = 1\nbandwidth_mbps = 10\nstart_ms = 300\n",
     );
-    let r = reader(&p);
-    let mut s = session(&p, &r, Duration::from_millis(10));
-    let t = Tagger(p.clone());
+    let mut b = backend(&p, Duration::from_millis(10), true);
     // Hold every RMID but one with placeholder owners so reuse is forced onto the freed one.
-    let max = r.caps().max_rmid;
-    let old = s.start("old", &t).unwrap().unwrap();
-    let mut fillers = 0;
-    for i in 0..max - 1 {
-        if s.start(&format!("filler{i}"), &AlwaysOk).unwrap().is_some() {
-            fillers += 1;
-        }
-    }
-    assert_eq!(fillers, max - 1);
+    let max = b.reader().caps().max_rmid;
+    let old = attach(&mut b, container("old")).unwrap();
+    let fillers = (0..max - 1).filter(|i| attach(&mut b, container(&format!("filler{i}"))).is_some()).count();
+    assert_eq!(fillers as u32, max - 1);
     p.advance(Duration::from_millis(200));
-    let dirty = r.occupancy_bytes(0, old).unwrap().unwrap();
+    let dirty = b.reader().occupancy_bytes(0, old).unwrap().unwrap();
     assert!(dirty > 15 * 1024 * 1024, "{dirty}");
-    s.stop("old", &t, p.now()).unwrap();
+    b.detach("old", p.now()).unwrap();
     p.advance(Duration::from_millis(100)); // 300 ms: evictor and new start
-    assert_eq!(s.start("new", &t).unwrap(), None, "only a dirty RMID left: no_rmid");
-    assert!(matches!(s.unmonitored()[0].1, cachescope_rmid::AllocError::OnlyLimbo { .. }));
+    let waiting = b.attach(&container("new"), &NoSource, p.now()).unwrap();
+    assert_eq!(waiting, Attach::Waiting(WaitReason::Limbo), "only a dirty RMID left");
+    let threshold = b.allocator().config().threshold_bytes as f64;
     let mut got = None;
     for _ in 0..400 {
         p.advance(Duration::from_millis(5));
-        let samples = s.sample(&r, &t, p.now()).unwrap();
-        if let Some(rm) = s.rmid_of("new") {
-            got = Some((rm, p.now()));
+        b.upkeep(p.now(), &NoSource).unwrap();
+        if let Attach::Monitored { rmid } = b.attach(&container("new"), &NoSource, p.now()).unwrap() {
+            got = Some((rmid.unwrap(), p.now()));
             break;
         }
-        assert!(samples.iter().any(|x| x.container == "new" && x.status == "no_rmid"));
         // Until handed out, the freed RMID's occupancy stays above the threshold.
-        assert!(p.true_occupancy(0, old) >= s.allocator().config().threshold_bytes as f64 * 0.9);
+        assert!(p.true_occupancy(0, old) >= threshold * 0.9);
     }
     let (rm, at) = got.expect("the RMID comes back once the evictor has flushed the old lines");
     assert_eq!(rm, old);
-    let threshold = s.allocator().config().threshold_bytes as f64;
-    assert!(p.true_occupancy(0, old) < threshold + f64::from(r.caps().upscale_factor), "handed out clean");
+    let upscale = f64::from(b.reader().caps().upscale_factor);
+    assert!(p.true_occupancy(0, old) < threshold + upscale, "handed out clean");
     println!("RMID {old} reused at {at:?} after dirty {dirty} B decayed below {threshold} B");
-}
-
-struct AlwaysOk;
-impl TaskTagger for AlwaysOk {
-    fn tag(&self, _: &str, _: Option<u32>) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 #[test]
@@ -233,4 +267,28 @@ fn core_pinned_groups_on_the_emulator() {
     drop(pin);
     assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), 2 << 32, "restored with CLOS");
     assert_eq!(p.read(4, IA32_PQR_ASSOC).unwrap(), 0);
+}
+
+#[test]
+fn core_groups_through_the_backend_restore_on_shutdown() {
+    let p = platform(
+        "intel-xeon-platinum-8160",
+        None,
+        "[[container]]\nname = \"left\"\ncpus = [0, 1]\nfootprint_mib = 8\nbandwidth_mbps = 2000\n",
+    );
+    p.write(0, IA32_PQR_ASSOC, 2 << 32).unwrap();
+    let mut b = backend(&p, Duration::ZERO, false);
+    // Without a tagger, threads cannot be followed: only core groups are monitored.
+    assert_eq!(b.attach(&container("left"), &NoSource, Duration::ZERO).unwrap(), Attach::Waiting(WaitReason::CannotTag));
+    let group = Container { cpus: Some(vec![0, 1]), ..container("cores 0-1") };
+    let rmid = attach(&mut b, group).unwrap();
+    assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), (2 << 32) | u64::from(rmid));
+    p.advance(Duration::from_millis(500));
+    let mut raw = Vec::new();
+    b.collect(p.now(), &mut raw).unwrap();
+    assert_eq!(raw.len(), 1, "one domain: the group's cores are all in domain 0");
+    let occ = raw[0].occupancy_bytes.unwrap() as f64;
+    assert!((occ - 8.0 * MIB).abs() < 0.03 * 8.0 * MIB, "{occ}");
+    assert_eq!(b.shutdown().unwrap(), vec!["restored IA32_PQR_ASSOC on 2 CPUs".to_string()]);
+    assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), 2 << 32, "restored with CLOS");
 }

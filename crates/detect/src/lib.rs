@@ -67,15 +67,23 @@ pub struct Detection {
 }
 
 impl Detection {
-    /// The backend `auto` picks for a role: the first available in preference order.
+    /// The backend `auto` picks for a role: the first available in preference order. For
+    /// cache monitoring that is resctrl, else `none` (containers with CPU time and PMU
+    /// columns): msr needs `--cores` and emulated values are never chosen silently.
     pub fn auto(&self, role: Role) -> Option<&BackendStatus> {
-        self.backends.iter().find(|b| b.role == role && b.available)
+        self.backends
+            .iter()
+            .filter(|b| role != Role::CacheMonitoring || AUTO_CACHE.contains(&b.name))
+            .find(|b| b.role == role && b.available)
     }
 
     pub fn get(&self, name: &str) -> Option<&BackendStatus> {
         self.backends.iter().find(|b| b.name == name)
     }
 }
+
+/// The cache-monitoring backends `auto` may pick, in order.
+const AUTO_CACHE: [&str; 2] = ["resctrl", "none"];
 
 /// Probe everything. `host_cpu` is the running host's decoded CPUID (never a recorded dump:
 /// backends describe the machine we run on).
@@ -84,7 +92,16 @@ pub fn detect(paths: &HostPaths, host_cpu: &CpuInfo, probe: &dyn SyscallProbe) -
     let resctrl = resctrl(paths, &mounts, host_cpu);
     let msr = msr(paths, &mounts, host_cpu, probe);
     Detection {
-        backends: vec![resctrl, msr, perf_cqm(paths), emulated(), bpf(paths, probe), perf(probe), cgroup_v2(&mounts)],
+        backends: vec![
+            resctrl,
+            msr,
+            perf_cqm(paths),
+            none(),
+            emulated(),
+            bpf(paths, probe),
+            perf(probe),
+            cgroup_v2(&mounts),
+        ],
     }
 }
 
@@ -192,6 +209,15 @@ pub fn perf_cqm(paths: &HostPaths) -> BackendStatus {
     }
 }
 
+/// What the `none` backend does, in the words `info` and the commands both use.
+pub const NONE_DOES: &str =
+    "following containers with CPU time and PMU columns, occupancy and bandwidth null (status unsupported)";
+
+/// Without cache monitoring, containers are still followed: CPU time and PMU columns.
+pub fn none() -> BackendStatus {
+    BackendStatus::yes("none", Role::CacheMonitoring, format!("no cache monitoring: {NONE_DOES}"))
+}
+
 pub fn emulated() -> BackendStatus {
     BackendStatus::yes(
         "emulated",
@@ -220,7 +246,12 @@ pub fn bpf(paths: &HostPaths, probe: &dyn SyscallProbe) -> BackendStatus {
         );
     }
     if let Err(e) = probe.perf_cycles() {
-        return BackendStatus::no(N, Role::Pmu, format!("BPF works but hardware counters do not: {e}"));
+        // The program still attributes CPU time (cpu-clock) per container.
+        return BackendStatus::yes(
+            N,
+            Role::Pmu,
+            format!("BPF map created; kernel BTF at {}; hardware counters do not open ({e}): CPU time only", btf.display()),
+        );
     }
     BackendStatus::yes(N, Role::Pmu, format!("BPF map created; kernel BTF at {}", btf.display()))
 }

@@ -69,7 +69,7 @@ fn our_machines_amd_guest_without_pqos() {
     assert!(!m.available && m.reason.contains("PQM"), "{}", m.reason);
     assert_eq!(k.opened.get(), 0, "msr device must not be touched on a CPU without CMT");
     assert!(!d.get("perf-cqm").unwrap().available);
-    assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "emulated");
+    assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "none", "emulated values are never picked silently");
     // No BTF in the fake sysfs: bpf unavailable, perf picked for the PMU.
     let b = d.get("bpf").unwrap();
     assert!(!b.available && b.reason.contains("BTF"), "{}", b.reason);

@@ -8,6 +8,7 @@
 //! syscalls through the real VFS. Threads are real host threads; which emulated workload a
 //! thread's traffic belongs to is the [`TaskResolver`]'s answer.
 
+pub mod play;
 mod state;
 
 pub use state::{Fault, Kind, Options, State, TaskLookup, TaskResolver};

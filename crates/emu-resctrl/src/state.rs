@@ -297,6 +297,14 @@ impl State {
             .collect()
     }
 
+    /// From now on follow the wall clock, continuing from the platform's present time (a
+    /// platform held still until its containers' groups exist).
+    pub fn follow_wall_clock(&mut self) {
+        self.opts.wall_clock = true;
+        let now = self.platform.now();
+        self.start = Instant::now().checked_sub(now).unwrap_or_else(Instant::now);
+    }
+
     /// Keep time and the kernel's background work: follow the wall clock (when asked), refresh
     /// limbo and fold MBM counts once per emulated second (the kernel's overflow handler).
     pub fn tick(&mut self) {

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod drive;
 mod model;
 pub mod scenario;
 
@@ -26,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use drive::{DrivenWorld, ScenarioContainers, ScenarioWorld};
 pub use model::CacheModel;
 pub use scenario::{ContainerSpec, PlatformSpec, Scenario, ScenarioError};
 

@@ -1,11 +1,35 @@
-//! The engine of cachescope: the sampling scheduler ([`sched`]), the row every backend produces
-//! and every sink consumes ([`row`], DESIGN.md §5.3), and the sparse-row filter ([`sparse`]).
-//! The backends are driven from the CLI's run loops.
+//! The engine of cachescope: one run loop ([`run`]) that every command and backend goes
+//! through, and the parts it is built from, each a trait with its implementations living
+//! beside what they touch:
+//! - [`backend::CacheBackend`]: cache occupancy and bandwidth (resctrl, msr, emulated, none);
+//! - [`containers::ContainerSource`]: containers starting and stopping;
+//! - [`pmu::PmuSource`]: PMU and CPU columns, sampled in their own slots, drained in batches;
+//! - [`world::World`]: an emulated platform's time;
+//! - [`sink::Sink`]: where rows go (Parquet, Prometheus, the terminal), several at once.
+//!
+//! The engine owns what must be done once for all of them: deltas from raw cumulative
+//! samples ([`derive`]), the RMID policy and the `no_rmid` rows ([`slots`]), the sampling
+//! clock ([`clock`], [`sched`]), the row every sink consumes ([`row`], DESIGN.md §5.3) and the
+//! sparse-row filter ([`sparse`]).
 
+pub mod backend;
+pub mod clock;
+pub mod containers;
+pub mod derive;
+pub mod pmu;
 pub mod row;
+pub mod run;
 pub mod sched;
+pub mod sink;
+pub mod slots;
 pub mod sparse;
+pub mod world;
 
+pub use backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+pub use containers::{Change, Container, ContainerSource};
 pub use row::{ContainerMeta, Pmu, Row, Status};
+pub use run::{run, Options, Parts, RunError, Summary};
 pub use sched::{Lateness, Tick, Ticker, TickerError, MAX_INTERVAL, MIN_INTERVAL};
+pub use sink::{Flow, RunStatus, Sink};
+pub use slots::{Policy, WaitReason};
 pub use sparse::Sparse;

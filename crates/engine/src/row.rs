@@ -109,14 +109,19 @@ pub struct Row {
     pub mbm_total_bytes: Option<u64>,
     pub mbm_local_bytes: Option<u64>,
     pub pmu: Pmu,
+    /// CPU time the container used during the interval on this domain's CPUs, ns.
+    pub cpu_ns: Option<u64>,
     pub status: Status,
 }
 
+/// How many per-interval counters a row has ([`Row::counters`]).
+pub const COUNTERS: usize = 7;
+
 impl Row {
     /// The per-interval counters in §5.3 column order: MBM total, MBM local, cycles,
-    /// instructions, LLC references, LLC misses.
-    pub fn counters(&self) -> [Option<u64>; 6] {
+    /// instructions, LLC references, LLC misses, CPU ns.
+    pub fn counters(&self) -> [Option<u64>; COUNTERS] {
         let [c, i, r, m] = self.pmu.values();
-        [self.mbm_total_bytes, self.mbm_local_bytes, c, i, r, m]
+        [self.mbm_total_bytes, self.mbm_local_bytes, c, i, r, m, self.cpu_ns]
     }
 }

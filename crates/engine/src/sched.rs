@@ -72,6 +72,11 @@ impl Ticker {
         self.interval
     }
 
+    /// CLOCK_MONOTONIC when the ticker started (its t = 0).
+    pub fn origin(&self) -> Duration {
+        self.start
+    }
+
     /// Time since the ticker started.
     pub fn elapsed(&self) -> Duration {
         monotonic().saturating_sub(self.start)

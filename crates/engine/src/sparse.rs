@@ -15,13 +15,13 @@ struct Kept {
     status: crate::Status,
     /// Which counters were present (a counter going None ↔ Some is a change).
     present: u8,
+    /// The keyframe period of the row kept: a (container, domain) gets one row per period.
+    period: i64,
 }
 
 pub struct Sparse {
     upscale: u64,
     keyframe_ns: i64,
-    /// Start of the current keyframe period (CLOCK_REALTIME ns, aligned to keyframe_ns).
-    period: Option<i64>,
     /// container id → domain → the last row kept (nested so the hot path looks up by &str
     /// and allocates only for a new container).
     last: HashMap<String, HashMap<u32, Kept>>,
@@ -29,11 +29,11 @@ pub struct Sparse {
     pub skipped: u64,
 }
 
-fn present(counters: &[Option<u64>; 6]) -> u8 {
+fn present(counters: &[Option<u64>; crate::row::COUNTERS]) -> u8 {
     counters.iter().enumerate().fold(0, |acc, (i, v)| acc | (u8::from(v.is_some()) << i))
 }
 
-fn moved(counters: &[Option<u64>; 6]) -> bool {
+fn moved(counters: &[Option<u64>; crate::row::COUNTERS]) -> bool {
     counters.iter().any(|v| v.is_some_and(|x| x > 0))
 }
 
@@ -43,31 +43,32 @@ impl Sparse {
         Sparse {
             upscale: upscale.max(1),
             keyframe_ns: keyframe_ns.max(1),
-            period: None,
             last: HashMap::new(),
             kept: 0,
             skipped: 0,
         }
     }
 
-    /// Filter one interval's rows (all of them share `time_ns`), keeping those worth writing.
+    /// Filter rows (of one or more intervals, in time order), keeping those worth writing.
     pub fn filter(&mut self, rows: Vec<Row>) -> Vec<Row> {
-        let Some(t) = rows.first().map(|r| r.time_ns) else { return rows };
-        let period = t.div_euclid(self.keyframe_ns);
-        let keyframe = self.period != Some(period);
-        self.period = Some(period);
-        let mut out = Vec::with_capacity(if keyframe { rows.len() } else { rows.len() / 4 });
+        let mut out = Vec::with_capacity(rows.len() / 4 + 1);
         for r in rows {
             let counters = r.counters();
-            let now =
-                Kept { occupancy: r.llc_occupancy_bytes, rmid: r.rmid, status: r.status, present: present(&counters) };
+            let period = r.time_ns.div_euclid(self.keyframe_ns);
+            let now = Kept {
+                occupancy: r.llc_occupancy_bytes,
+                rmid: r.rmid,
+                status: r.status,
+                present: present(&counters),
+                period,
+            };
             let prev = self.last.get(r.container.id.as_str()).and_then(|d| d.get(&r.domain));
-            let keep = keyframe
-                || moved(&counters)
+            let keep = moved(&counters)
                 || match prev {
                     None => true,
                     Some(k) => {
-                        k.rmid != now.rmid
+                        k.period != now.period
+                            || k.rmid != now.rmid
                             || k.status != now.status
                             || k.present != now.present
                             || match (k.occupancy, now.occupancy) {
@@ -116,6 +117,7 @@ mod tests {
             mbm_total_bytes: mbm,
             mbm_local_bytes: mbm,
             pmu: Pmu::default(),
+            cpu_ns: None,
             status,
         }
     }

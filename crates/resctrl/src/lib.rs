@@ -12,7 +12,7 @@
 pub mod session;
 mod value;
 
-pub use session::{ContainerGroups, Containers, GroupSample, SessionStats, WaitReason, Waiting};
+pub use session::{ContainerGroups, SessionStats};
 pub use value::Value;
 
 use cachescope_hw::msr::Event;

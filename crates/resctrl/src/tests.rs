@@ -150,22 +150,3 @@ fn mountinfo_finds_resctrl() {
     assert!(matches!(Resctrl::find(d.path()), Err(ResctrlError::NotMounted(_))));
 }
 
-#[test]
-fn budget_swaps_busiest_for_idlest() {
-    use crate::session::{swaps, Policy};
-    let p = Policy::default();
-    let held = Duration::from_secs(10);
-    let m = vec![
-        ("idle".to_string(), 0.01, held),
-        ("busy".to_string(), 1.5, held),
-        ("new".to_string(), 0.0, Duration::ZERO),
-    ];
-    let w = vec![("hot".to_string(), 0.9), ("cold".to_string(), 0.02)];
-    // hot replaces idle; cold is not worth a swap; "new" is protected by min_hold.
-    assert_eq!(swaps(&m, &w, &p), vec![("idle".to_string(), "hot".to_string())]);
-    assert!(swaps(&m, &[], &p).is_empty());
-    let p1 = Policy { max_swaps: 0, ..Policy::default() };
-    assert!(swaps(&m, &w, &p1).is_empty());
-}
-
-use std::time::Duration;

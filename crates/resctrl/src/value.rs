@@ -1,5 +1,7 @@
 //! What a resctrl `mon_data` file holds: a number, or one of the kernel's status words.
 
+use cachescope_engine::Status;
+
 /// One counter read. The kernel writes a decimal count of bytes, or a word saying why there is
 /// none; each word is kept as such in the data, never turned into 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +38,13 @@ impl Value {
         }
     }
 
-    /// The status word of DESIGN.md §5.3.
-    pub fn status(self) -> &'static str {
+    /// The row status of DESIGN.md §5.3.
+    pub fn status(self) -> Status {
         match self {
-            Value::Bytes(_) => "ok",
-            Value::Error => "error",
-            Value::Unavailable => "unavailable",
-            Value::Unassigned => "unassigned",
+            Value::Bytes(_) => Status::Ok,
+            Value::Error => Status::Error,
+            Value::Unavailable => Status::Unavailable,
+            Value::Unassigned => Status::Unassigned,
         }
     }
 }

@@ -7,7 +7,12 @@
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{fuse_available, proc_resolver, Fault, Mounted, Options, TaskLookup, TaskResolver};
 use cachescope_hw::msr::Event;
-use cachescope_resctrl::{ContainerGroups, Containers, Domain, GroupRef, Resctrl, Value, WaitReason};
+use cachescope_engine::backend::{BackendInfo, CacheBackend, Sampling};
+use cachescope_engine::containers::{Change, Container, ContainerSource};
+use cachescope_engine::derive::Derive;
+use cachescope_engine::slots::Slots;
+use cachescope_engine::{ContainerMeta, Row, Status, WaitReason};
+use cachescope_resctrl::{ContainerGroups, Domain, GroupRef, Resctrl, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
@@ -55,7 +60,13 @@ impl Fake {
     }
 }
 
-impl Containers for Fake {
+impl ContainerSource for Fake {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), String> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "fake".into()
+    }
     fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
         let mut m = self.threads.borrow_mut();
         let q = m.entry(id.to_string()).or_default();
@@ -66,8 +77,64 @@ impl Containers for Fake {
     }
 }
 
-fn row<'a>(rows: &'a [cachescope_resctrl::GroupSample], id: &str, dom: u32) -> &'a cachescope_resctrl::GroupSample {
-    rows.iter().find(|r| r.container == id && r.domain == dom).unwrap()
+fn row<'a>(rows: &'a [Row], id: &str, dom: u32) -> &'a Row {
+    rows.iter().find(|r| r.container.id == id && r.domain == dom).unwrap()
+}
+
+/// The backend with the engine's RMID policy and derivation around it, stepped by hand.
+struct Run {
+    s: ContainerGroups,
+    slots: Slots,
+    derive: Derive,
+}
+
+fn container(id: &str) -> Container {
+    Container { meta: ContainerMeta::named(id), ..Default::default() }
+}
+
+impl Run {
+    fn new(rc: Resctrl) -> Run {
+        let info = BackendInfo {
+            label: "resctrl".into(),
+            cpuid: String::new(),
+            domains: Vec::new(),
+            upscale: 1,
+            l3_bytes: None,
+            mbm_width: 0,
+            mbm_unit: 0,
+            sampling: Sampling::Tick,
+            emulated: None,
+            upkeep_every: Duration::from_millis(500),
+            metadata: Vec::new(),
+        };
+        let s = ContainerGroups::new(rc, info).unwrap();
+        let derive = Derive::new(s.info().mbm_width, s.info().mbm_unit, 0);
+        Run { s, slots: Slots::default(), derive }
+    }
+
+    /// Start a container; whether it has a group now.
+    fn start(&mut self, id: &str, src: &Fake, now: Duration) -> bool {
+        self.slots.start(container(id), &mut self.s, src, now).unwrap();
+        self.slots.held().contains_key(id)
+    }
+
+    fn stop(&mut self, id: &str) {
+        self.slots.stop(id, &mut self.s, Duration::ZERO).unwrap();
+    }
+
+    fn sample(&mut self) -> Vec<Row> {
+        let mut raw = Vec::new();
+        self.s.collect(Duration::ZERO, &mut raw).unwrap();
+        raw.into_iter().map(|x| self.derive.row(x, Duration::ZERO)).collect()
+    }
+
+    fn maintain(&mut self, src: &Fake, now: Duration) {
+        self.slots.upkeep(&mut self.s, src, now).unwrap();
+    }
+
+    fn waiting(&self, id: &str) -> Option<WaitReason> {
+        self.slots.waiting().get(id).map(|w| w.reason)
+    }
 }
 
 #[test]
@@ -77,17 +144,17 @@ fn container_lifecycle_end_to_end() {
     let info = rc.info().unwrap();
     assert_eq!(info.num_rmids, 192);
     assert_eq!(info.events(), vec![Event::L3Occupancy, Event::MbmTotal, Event::MbmLocal]);
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let mut s = Run::new(rc.clone());
     let src = Fake::with(&[("thrash", vec![100, 101])]);
-    assert!(s.start("thrash", &src, Duration::ZERO).unwrap());
+    assert!(s.start("thrash", &src, Duration::ZERO));
     assert!(m.root().join("mon_groups/cachescope-thrash").is_dir());
     let tasks = std::fs::read_to_string(m.root().join("mon_groups/cachescope-thrash/tasks")).unwrap();
     assert_eq!(tasks, "100\n101\n");
     m.platform().advance(Duration::from_secs(1));
     let first = s.sample();
     let r = row(&first, "thrash", 0);
-    assert_eq!(r.status, "ok");
-    assert!(r.occupancy_bytes.unwrap() > 20 << 20, "{r:?}");
+    assert_eq!(r.status, Status::Ok);
+    assert!(r.llc_occupancy_bytes.unwrap() > 20 << 20, "{r:?}");
     assert_eq!(r.mbm_total_bytes, None, "no baseline on the first read");
     m.platform().advance(Duration::from_millis(500));
     let second = s.sample();
@@ -98,13 +165,13 @@ fn container_lifecycle_end_to_end() {
     let loc = r.mbm_local_bytes.unwrap() as f64;
     assert!((loc - 1.5e9).abs() <= 2.0 * 98304.0, "{loc}");
     // Domain 1 never saw the workload: the kernel's word, not 0.
-    assert_eq!(row(&second, "thrash", 1).status, "unavailable");
-    assert_eq!(row(&second, "thrash", 1).occupancy_bytes, None);
-    s.stop("thrash").unwrap();
+    assert_eq!(row(&second, "thrash", 1).status, Status::Unavailable);
+    assert_eq!(row(&second, "thrash", 1).llc_occupancy_bytes, None);
+    s.stop("thrash");
     assert!(!m.root().join("mon_groups/cachescope-thrash").exists());
     assert_eq!(m.state().rmid_counts(), (0, 1), "the RMID went to limbo");
-    assert_eq!(s.stats().created, 1);
-    assert_eq!(s.stats().removed, 1);
+    assert_eq!(s.s.stats().created, 1);
+    assert_eq!(s.s.stats().removed, 1);
 }
 
 #[test]
@@ -112,14 +179,14 @@ fn domains_with_gaps_and_snc_sub_domains() {
     let Some(m) = mount(Options { domain_ids: Some(vec![0, 2]), snc: 2, ..Options::default() }) else { return };
     let rc = Resctrl::at(m.root());
     assert_eq!(rc.domains().unwrap(), vec![Domain { id: 0, sub: vec![0, 1] }, Domain { id: 2, sub: vec![2, 3] }]);
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
-    s.start("thrash", &Fake::with(&[("thrash", vec![100])]), Duration::ZERO).unwrap();
+    let mut s = Run::new(rc.clone());
+    s.start("thrash", &Fake::with(&[("thrash", vec![100])]), Duration::ZERO);
     m.platform().advance(Duration::from_secs(1));
     let rows = s.sample();
     assert_eq!(rows.iter().map(|r| r.domain).collect::<Vec<_>>(), vec![0, 2]);
     let g = GroupRef { ctrl: String::new(), name: "cachescope-thrash".into() };
     let sub = |n| rc.read_sub(&g, 0, n, Event::L3Occupancy).unwrap().bytes().unwrap();
-    let whole = row(&rows, "thrash", 0).occupancy_bytes.unwrap();
+    let whole = row(&rows, "thrash", 0).llc_occupancy_bytes.unwrap();
     assert_eq!(sub(0) + sub(1), whole, "node shares sum to the domain");
 }
 
@@ -130,48 +197,48 @@ fn error_unavailable_unassigned_are_statuses() {
     let rc = Resctrl::at(m.root());
     let a = rc.info().unwrap().assign.unwrap();
     assert_eq!((a.mode.as_str(), a.counters.clone()), ("mbm_event", vec![(Some(0), 4), (Some(1), 4)]));
-    let mut s = ContainerGroups::new(rc).unwrap();
+    let mut s = Run::new(rc);
     // Only c's thread (100) makes traffic.
     let src = Fake::with(&[("a", vec![101]), ("b", vec![102]), ("c", vec![100])]);
     for id in ["a", "b", "c"] {
-        assert!(s.start(id, &src, Duration::ZERO).unwrap());
+        assert!(s.start(id, &src, Duration::ZERO));
     }
     m.platform().advance(Duration::from_millis(200));
     m.state().inject("mon_groups/cachescope-b", 0, Some(Fault::Error));
     let rows = s.sample();
-    assert_eq!(row(&rows, "a", 0).status, "unavailable", "no data for an RMID that never ran");
-    assert_eq!(row(&rows, "b", 0).status, "error");
-    assert_eq!(row(&rows, "b", 0).occupancy_bytes, None);
+    assert_eq!(row(&rows, "a", 0).status, Status::Unavailable, "no data for an RMID that never ran");
+    assert_eq!(row(&rows, "b", 0).status, Status::Error);
+    assert_eq!(row(&rows, "b", 0).llc_occupancy_bytes, None);
     let c = row(&rows, "c", 0);
-    assert_eq!(c.status, "unassigned");
-    assert!(c.occupancy_bytes.is_some_and(|b| b > 0) && c.mbm_total_bytes.is_none(), "{c:?}");
+    assert_eq!(c.status, Status::Unassigned);
+    assert!(c.llc_occupancy_bytes.is_some_and(|b| b > 0) && c.mbm_total_bytes.is_none(), "{c:?}");
     m.state().inject("mon_groups/cachescope-b", 0, Some(Fault::Unavailable));
-    assert_eq!(row(&s.sample(), "b", 0).status, "unavailable");
+    assert_eq!(row(&s.sample(), "b", 0).status, Status::Unavailable);
 }
 
 #[test]
 fn group_deleted_between_listing_and_reading() {
     let Some(m) = mount(Options::default()) else { return };
     let rc = Resctrl::at(m.root());
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let mut s = Run::new(rc.clone());
     let src = Fake::with(&[("thrash", vec![100])]);
-    s.start("thrash", &src, Duration::ZERO).unwrap();
+    s.start("thrash", &src, Duration::ZERO);
     m.platform().advance(Duration::from_millis(300));
     let listed = rc.our_groups().unwrap();
     assert_eq!(listed.len(), 1);
     // Another agent (pqos --reset, say) removes it after we listed it.
     std::fs::remove_dir(m.root().join("mon_groups/cachescope-thrash")).unwrap();
     let rows = s.sample();
-    assert_eq!(row(&rows, "thrash", 0).status, "error");
-    assert_eq!(s.stats().groups_vanished, 1);
-    s.maintain(&src, Duration::from_millis(300)).unwrap();
-    assert_eq!(s.stats().recreated, 1);
+    assert_eq!(row(&rows, "thrash", 0).status, Status::Error);
+    assert_eq!(s.s.stats().groups_vanished, 1);
+    s.maintain(&src, Duration::from_millis(300));
+    assert_eq!(s.s.stats().recreated, 1);
     assert!(m.root().join("mon_groups/cachescope-thrash").is_dir());
     let tasks = std::fs::read_to_string(m.root().join("mon_groups/cachescope-thrash/tasks")).unwrap();
     assert_eq!(tasks, "100\n", "threads re-assigned");
     m.platform().advance(Duration::from_millis(100));
     let r = s.sample();
-    assert_eq!(row(&r, "thrash", 0).status, "ok");
+    assert_eq!(row(&r, "thrash", 0).status, Status::Ok);
     assert_eq!(row(&r, "thrash", 0).mbm_total_bytes, None, "new generation: no delta across groups");
     assert!(rc.read_sub(&listed[0].0, 0, 0, Event::L3Occupancy).is_err(), "no SNC here");
 }
@@ -232,8 +299,8 @@ fn real_threads_through_proc() {
 fn exhaustion_budget_and_recovery_after_limbo() {
     let Some(m) = mount(Options::default()) else { return };
     let rc = Resctrl::at(m.root());
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
-    s.policy.min_hold = Duration::ZERO;
+    let mut s = Run::new(rc.clone());
+    s.slots.policy.min_hold = Duration::ZERO;
     // 191 usable RMIDs (1..=191); "thrash" is the one whose lines fill the cache.
     let mut ids: Vec<(String, Vec<u32>)> = vec![("thrash".into(), vec![100])];
     ids.extend((0..190).map(|i| (format!("idle{i:03}"), vec![200 + i])));
@@ -246,46 +313,44 @@ fn exhaustion_budget_and_recovery_after_limbo() {
     }
     let mut now = Duration::ZERO;
     for (id, _) in &ids {
-        s.start(id, &src, now).unwrap();
+        s.start(id, &src, now);
     }
-    assert_eq!(s.monitored().count(), 191);
-    let w = s.waiting();
-    assert_eq!(w.len(), 2);
-    assert!(w.values().all(|x| x.reason == WaitReason::NoRmid));
+    assert_eq!(s.s.monitored().count(), 191);
+    assert_eq!(s.slots.waiting().len(), 2);
+    assert!(s.slots.waiting().values().all(|x| x.reason == WaitReason::Exhausted));
     assert!(rc.last_cmd_status().starts_with("Out of RMIDs"));
     m.platform().advance(Duration::from_secs(1));
     let rows = s.sample();
-    assert_eq!(row(&rows, "late", 0).status, "no_rmid");
-    assert_eq!(row(&rows, "hot", 1).status, "no_rmid");
+    assert!(rows.iter().all(|r| r.container.id != "late" && r.container.id != "hot"), "waiting: no group read");
     // "hot" starts using a core: the budget gives it the RMID of an idle container.
-    s.maintain(&src, now).unwrap();
+    s.maintain(&src, now);
     now += Duration::from_secs(1);
     src.cpu.borrow_mut().insert("hot".into(), 1_000_000);
     src.cpu.borrow_mut().insert("thrash".into(), 800_000);
-    s.maintain(&src, now).unwrap();
-    assert!(s.monitored().any(|(id, _)| id == "hot"), "{:?}", s.waiting());
-    assert_eq!(s.stats().evicted, 1);
+    s.maintain(&src, now);
+    assert!(s.s.monitored().any(|(id, _)| id == "hot"), "{:?}", s.slots.waiting().keys());
+    assert_eq!(s.slots.evictions, 1);
     let evicted: Vec<&String> =
-        s.waiting().iter().filter(|(_, w)| w.reason == WaitReason::Evicted).map(|(k, _)| k).collect();
+        s.slots.waiting().iter().filter(|(_, w)| w.reason == WaitReason::Evicted).map(|(k, _)| k).collect();
     assert_eq!(evicted.len(), 1);
     assert!(evicted[0].starts_with("idle"), "the idlest went without: {evicted:?}");
     // thrash stops: its RMID is dirty (24 MiB resident), so the next one waits in limbo...
-    s.stop("thrash").unwrap();
-    s.maintain(&src, now).unwrap();
-    assert!(s.waiting().values().any(|w| w.reason == WaitReason::Limbo), "{:?}", s.waiting());
+    s.stop("thrash");
+    s.maintain(&src, now);
+    assert!(s.slots.waiting().values().any(|w| w.reason == WaitReason::Limbo), "{:?}", s.slots.waiting().keys());
     // ... until the streaming workload (from 3 s) has evicted those lines.
     let mut recovered = false;
     for _ in 0..100 {
         m.platform().advance(Duration::from_millis(100));
         now += Duration::from_millis(100);
-        s.maintain(&src, now).unwrap();
-        if s.waiting().len() == 1 {
+        s.maintain(&src, now);
+        if s.slots.waiting().len() == 1 {
             recovered = true;
             break;
         }
     }
-    assert!(recovered, "{:?}", s.waiting());
-    assert_eq!(s.monitored().count(), 191);
+    assert!(recovered, "{:?}", s.slots.waiting().keys());
+    assert_eq!(s.s.monitored().count(), 191);
 }
 
 #[test]
@@ -297,15 +362,18 @@ fn leftovers_adopted_or_removed_and_others_untouched() {
     }
     std::fs::write(root.join("mon_groups/theirs/tasks"), "104\n").unwrap();
     let rc = Resctrl::at(root);
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let mut s = Run::new(rc.clone());
     let src = Fake::with(&[("alive", vec![101])]);
-    assert_eq!(s.adopt_leftovers(&["alive".to_string()], &src, Duration::ZERO).unwrap(), (1, 1));
+    // The running container is attached first, then the first upkeep removes the rest.
+    assert!(s.start("alive", &src, Duration::ZERO));
+    s.maintain(&src, Duration::ZERO);
+    assert_eq!((s.s.stats().adopted, s.s.stats().leftovers_removed), (1, 1));
     assert!(root.join("mon_groups/cachescope-alive").is_dir());
     assert!(!root.join("mon_groups/cachescope-dead").exists(), "its RMID is returned");
     assert!(root.join("mon_groups/theirs").is_dir(), "never touch others' groups");
     assert_eq!(std::fs::read_to_string(root.join("mon_groups/theirs/tasks")).unwrap(), "104\n");
     assert_eq!(std::fs::read_to_string(root.join("mon_groups/cachescope-alive/tasks")).unwrap(), "101\n");
-    s.stop_all().unwrap();
+    s.slots.stop_all(&mut s.s, Duration::ZERO).unwrap();
     assert!(root.join("mon_groups/theirs").is_dir());
     assert_eq!(rc.mon_groups().unwrap().len(), 1);
 }
@@ -314,15 +382,15 @@ fn leftovers_adopted_or_removed_and_others_untouched() {
 fn hostile_container_ids_are_refused() {
     let Some(m) = mount(Options::default()) else { return };
     let rc = Resctrl::at(m.root());
-    let mut s = ContainerGroups::new(rc.clone()).unwrap();
+    let mut s = Run::new(rc.clone());
     let src = Fake::default();
     for id in ["../../info", "..", "a/b", "x\ny", ".hidden", &"z".repeat(200)] {
-        assert!(!s.start(id, &src, Duration::ZERO).unwrap(), "{id:?}");
-        assert_eq!(s.waiting()[id].reason, WaitReason::BadId);
+        assert!(!s.start(id, &src, Duration::ZERO), "{id:?}");
+        assert_eq!(s.waiting(id), Some(WaitReason::BadId));
     }
     assert_eq!(rc.mon_groups().unwrap(), vec![], "nothing created");
     assert!(m.root().join("info/L3_MON").is_dir());
     assert_eq!(rc.info().unwrap().num_rmids, 192);
     let v = Value::parse(b"Unassigned\n");
-    assert_eq!(v.map(Value::status), Some("unassigned"));
+    assert_eq!(v.map(Value::status), Some(Status::Unassigned));
 }

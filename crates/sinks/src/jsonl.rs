@@ -25,6 +25,7 @@ struct Line<'a> {
     instructions: Option<u64>,
     llc_references: Option<u64>,
     llc_misses: Option<u64>,
+    cpu_ns: Option<u64>,
     status: &'static str,
 }
 
@@ -51,6 +52,7 @@ pub fn write_rows(out: &mut impl Write, host: &str, rows: &[Row]) -> std::io::Re
             instructions: r.pmu.instructions,
             llc_references: r.pmu.llc_references,
             llc_misses: r.pmu.llc_misses,
+            cpu_ns: r.cpu_ns,
             status: r.status.as_str(),
         };
         serde_json::to_writer(&mut *out, &line)?;

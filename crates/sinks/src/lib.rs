@@ -1,11 +1,14 @@
 //! Where rows go: Parquet files ([`parquet`], DESIGN.md §5.3), Prometheus text ([`prom`],
 //! §5.4), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
-//! ([`report`]).
+//! ([`report`]); and the engine sinks that record and serve ([`run_sinks`]).
 
 pub mod jsonl;
 pub mod parquet;
 pub mod prom;
 pub mod report;
+pub mod run_sinks;
+
+pub use run_sinks::{RecordOptions, RecordSink, ServeSink};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {

@@ -57,6 +57,7 @@ pub fn schema() -> SchemaRef {
         i64n("instructions"),
         i64n("llc_references"),
         i64n("llc_misses"),
+        i64n("cpu_ns"),
         Field::new("status", DataType::Utf8, false),
     ]))
 }
@@ -74,7 +75,7 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
     let mut strs: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::with_capacity(n, n * 16)).collect();
     let mut domain = Int32Builder::with_capacity(n);
     let mut rmid = Int32Builder::with_capacity(n);
-    let mut vals: Vec<Int64Builder> = (0..7).map(|_| Int64Builder::with_capacity(n)).collect();
+    let mut vals: Vec<Int64Builder> = (0..8).map(|_| Int64Builder::with_capacity(n)).collect();
     let mut status = StringBuilder::with_capacity(n, n * 2);
     for r in rows {
         time.append_value(r.time_ns);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// Upper bounds of the lateness histogram, seconds.
 pub const LATENESS_BUCKETS: [f64; 11] = [1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1];
 
-const COUNTERS: [(&str, &str); 6] = [
+const COUNTERS: [(&str, &str); 7] = [
     (
         "cachescope_mbm_total_bytes_total",
         "Bytes moved to and from memory (MBM total) by the container's RMID in this L3 domain.",
@@ -21,14 +21,17 @@ const COUNTERS: [(&str, &str); 6] = [
     ("cachescope_instructions_total", "Instructions retired by the container's threads on this domain's CPUs."),
     ("cachescope_llc_references_total", "Last-level cache references (PMU) of the container's threads."),
     ("cachescope_llc_misses_total", "Last-level cache misses (PMU) of the container's threads."),
+    ("cachescope_cpu_seconds_total", "CPU time of the container's threads on this domain's CPUs."),
 ];
+/// The last counter is kept in ns and shown in seconds.
+const CPU_COUNTER: usize = 6;
 
 #[derive(Default)]
 struct Series {
     meta: Arc<ContainerMeta>,
     occupancy: Option<u64>,
     /// Running totals; None until the first value arrives.
-    totals: [Option<u64>; 6],
+    totals: [Option<u64>; COUNTERS.len()],
 }
 
 #[derive(Default)]
@@ -41,7 +44,13 @@ pub struct Metrics {
     lateness_buckets: [u64; LATENESS_BUCKETS.len()],
     lateness_count: u64,
     lateness_sum: f64,
-    read_errors: BTreeMap<&'static str, u64>,
+    /// Rows whose counters read Error: a read that should have had a value.
+    read_errors: u64,
+    missed_ticks: u64,
+    /// (domain, L3 bytes).
+    l3_bytes: Vec<(u32, u64)>,
+    /// What drives emulated values, when they are.
+    emulated: Option<String>,
 }
 
 fn escape(v: &str) -> String {
@@ -77,16 +86,22 @@ impl Metrics {
                     *t = Some(t.unwrap_or(0).wrapping_add(x));
                 }
             }
-            let kind = match r.status {
-                Status::Error => Some("error"),
-                Status::Unavailable => Some("unavailable"),
-                Status::Unassigned => Some("unassigned"),
-                _ => None,
-            };
-            if let Some(k) = kind {
-                *self.read_errors.entry(k).or_default() += 1;
+            // Unavailable (no data can exist: the container never ran on that domain) and
+            // Unassigned (no counter assigned) are states, not failed reads.
+            if r.status == Status::Error {
+                self.read_errors += 1;
             }
         }
+    }
+
+    /// The run's state (RMIDs, missed wake-ups, L3 sizes, the emulation marker).
+    pub fn set_status(&mut self, st: &cachescope_engine::RunStatus) {
+        self.rmids_in_use = st.rmids_in_use;
+        self.rmids_limbo = st.rmids_limbo;
+        self.containers_unmonitored = st.unmonitored;
+        self.missed_ticks = st.missed;
+        self.l3_bytes = st.l3_bytes.clone();
+        self.emulated = st.emulated.clone();
     }
 
     pub fn observe_lateness(&mut self, late: std::time::Duration) {
@@ -130,8 +145,14 @@ impl Metrics {
             let _ = writeln!(o, "# HELP {name} {help}");
             let _ = writeln!(o, "# TYPE {name} counter");
             for (d, s) in self.series.values().flatten() {
-                if let Some(v) = s.totals[i] {
-                    let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
+                match s.totals[i] {
+                    Some(v) if i == CPU_COUNTER => {
+                        let _ = writeln!(o, "{name}{{{}}} {}", Self::labels(&s.meta, *d), v as f64 / 1e9);
+                    }
+                    Some(v) => {
+                        let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
+                    }
+                    None => {}
                 }
             }
         }
@@ -157,11 +178,33 @@ impl Metrics {
         let e = "cachescope_read_errors_total";
         let _ = writeln!(
             o,
-            "# HELP {e} Samples whose counters read Error, Unavailable or Unassigned, by kind.\n# TYPE {e} counter"
+            "# HELP {e} Samples whose counters read Error (a value should exist), by kind.\n# TYPE {e} counter"
         );
-        for k in ["error", "unavailable", "unassigned"] {
-            let _ = writeln!(o, "{e}{{kind=\"{k}\"}} {}", self.read_errors.get(k).copied().unwrap_or(0));
+        let _ = writeln!(o, "{e}{{kind=\"error\"}} {}", self.read_errors);
+        let m = "cachescope_missed_ticks_total";
+        let _ = writeln!(o, "# HELP {m} Sampling wake-ups missed because the previous one overran.\n# TYPE {m} counter");
+        let _ = writeln!(o, "{m} {}", self.missed_ticks);
+        let l = "cachescope_l3_size_bytes";
+        let _ = writeln!(o, "# HELP {l} Size of the L3 cache of each domain.\n# TYPE {l} gauge");
+        for (d, b) in &self.l3_bytes {
+            let _ = writeln!(o, "{l}{{domain=\"{d}\"}} {b}");
         }
+        let em = "cachescope_emulated";
+        let _ = writeln!(
+            o,
+            "# HELP {em} 1 when occupancy and bandwidth are emulated (not measured), with what drives them.\n# TYPE {em} gauge"
+        );
+        match &self.emulated {
+            Some(why) => {
+                let _ = writeln!(o, "{em}{{driven_by=\"{}\"}} 1", escape(why));
+            }
+            None => {
+                let _ = writeln!(o, "{em}{{driven_by=\"\"}} 0");
+            }
+        }
+        let b = "cachescope_build_info";
+        let _ = writeln!(o, "# HELP {b} The cachescope build serving these metrics.\n# TYPE {b} gauge");
+        let _ = writeln!(o, "{b}{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
         o
     }
 }

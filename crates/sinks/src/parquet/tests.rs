@@ -15,6 +15,7 @@ fn rows(t_ms: i64, containers: usize) -> Vec<Row> {
             mbm_total_bytes: Some(64),
             mbm_local_bytes: None,
             pmu: Pmu { cycles: Some(1000), instructions: Some(2000), ..Default::default() },
+            cpu_ns: None,
             status: if c == 0 { Status::NoRmid } else { Status::Ok },
         })
         .collect()

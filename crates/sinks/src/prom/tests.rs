@@ -13,6 +13,7 @@ fn row(id: &str, domain: u32, occ: Option<u64>, mbm: Option<u64>, status: Status
         mbm_total_bytes: mbm,
         mbm_local_bytes: None,
         pmu: Pmu { cycles: Some(10), ..Default::default() },
+        cpu_ns: None,
         status,
     }
 }
@@ -112,8 +113,11 @@ fn page_parses_and_carries_the_values() {
     assert_eq!(s.get(&format!("cachescope_cycles_total{{{l}}}")), Some(&20.0));
     // Unavailable is an absent series, not 0.
     assert!(!page.contains("cachescope_llc_occupancy_bytes{container_id=\"a\",container_name=\"n\\\"a\\\\\",pod_name=\"\",pod_namespace=\"\",domain=\"1\"}"));
-    assert_eq!(s.get("cachescope_read_errors_total{kind=\"unavailable\"}"), Some(&1.0));
+    // A read that cannot have data (no CPU of the container in the domain) is no error.
+    assert_eq!(s.get("cachescope_read_errors_total{kind=\"unavailable\"}"), None);
     assert_eq!(s.get("cachescope_read_errors_total{kind=\"error\"}"), Some(&1.0));
+    assert_eq!(s.get("cachescope_emulated{driven_by=\"\"}"), Some(&0.0));
+    assert!(s.keys().any(|k| k.starts_with("cachescope_build_info{version=")));
     assert_eq!(s.get("cachescope_rmids_in_use"), Some(&2.0));
     assert_eq!(
         s.get("cachescope_sample_lateness_seconds_bucket{le=\"0.00001\"}")

@@ -24,6 +24,7 @@ fn record(dir: &Path) {
             mbm_total_bytes: mbm,
             mbm_local_bytes: mbm.map(|x| x / 2),
             pmu: Pmu { cycles: Some(1000), instructions: Some(500), llc_references: None, llc_misses: Some(5) },
+            cpu_ns: None,
             status,
         };
         let occ_a = if k <= 200 { 1 << 20 } else { 3 << 20 };
@@ -32,6 +33,7 @@ fn record(dir: &Path) {
             // b runs nothing: no counter moves.
             Row {
                 pmu: Pmu::default(),
+                cpu_ns: None,
                 ..if k <= 100 {
                     mk(&b, None, None, Status::NoRmid)
                 } else {

@@ -1,0 +1,259 @@
+//! The PMU columns of §5.3 per container and L3 domain, as the engine's PMU source. Two
+//! sources: the eBPF attribution (1 ms slots sampled in the kernel, drained in batches; the
+//! default), or perf cgroup events (one counter group per container × CPU, read when
+//! drained; the fallback where BPF cannot load, fine at ≥ 100 ms for tens of containers).
+//! CPU time (cpu-clock) is always counted beside the hardware events, so every row has its
+//! `cpu_ns`; where no hardware event can be counted (a VM without a virtual PMU) those
+//! columns stay null and the description says why.
+
+use crate::{capacity_for, Attribution};
+use cachescope_engine::containers::Container;
+use cachescope_engine::pmu::{Counted, PmuSample, PmuSource};
+use cachescope_engine::ContainerMeta;
+use cachescope_hw::CpuInfo;
+use cachescope_perf::cgroup::{self, CgroupCollector};
+use cachescope_perf::counter::{CounterGroup, Target};
+use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
+use cachescope_perf::format::{Encoded, Pmu as CorePmu};
+use cachescope_platform::clock::monotonic;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where PMU counts come from (`--pmu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// eBPF, or perf cgroup events where BPF cannot load.
+    Auto,
+    Bpf,
+    Perf,
+}
+
+/// How often the eBPF slots are drained: the kernel keeps 1 ms slots meanwhile.
+pub const BPF_DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How often perf cgroup counters are read (each read is a syscall per container × CPU).
+pub const PERF_READ_EVERY: Duration = Duration::from_millis(100);
+/// Containers the eBPF slot map is sized for between two drains (more lose charges, counted).
+const BPF_CONTAINERS: usize = 128;
+
+enum Source {
+    Bpf(Box<Attribution>),
+    Perf(CgroupCollector),
+}
+
+pub struct PmuColumns {
+    src: Source,
+    /// For each counted event: the PMU column (Named::ALL order) it fills, or None for the
+    /// cpu-clock event (always last).
+    columns: Vec<Option<usize>>,
+    counted: Counted,
+    /// cgroup id → container (the eBPF attribution charges cgroup ids).
+    by_cgroup: BTreeMap<u64, Arc<ContainerMeta>>,
+    /// container id → container (perf charges container ids).
+    by_id: BTreeMap<String, Arc<ContainerMeta>>,
+    /// CPU ns per container since the last header line, and slots or reads drained.
+    cpu_ns: BTreeMap<String, u64>,
+    reads: u64,
+    description: String,
+}
+
+fn usable(e: &Encoded) -> bool {
+    CounterGroup::open(&Target::Cpu(0), std::slice::from_ref(e)).is_ok()
+}
+
+impl PmuColumns {
+    /// Resolve the events this CPU counts and start a source; the reason when none works.
+    /// `cpus`: every online CPU; `domain_of[cpu]`: the domain its counts are charged to.
+    pub fn start(cpu: Option<&CpuInfo>, cpus: &[usize], domain_of: Vec<u32>, choice: Choice) -> Result<PmuColumns, String> {
+        let core = CorePmu::load(Path::new("/sys"), "cpu").ok();
+        let mut events = Vec::new();
+        let mut columns = Vec::new();
+        let mut missing = Vec::new();
+        if let Some(cpu) = cpu {
+            for r in resolve(cpu, core.as_ref()) {
+                match r {
+                    Ok(x) if usable(&x.encoded) => {
+                        events.push(x.encoded);
+                        columns.push(Named::ALL.iter().position(|n| *n == x.named));
+                    }
+                    Ok(x) => missing.push(format!("{}: cannot be opened here", x.named.column())),
+                    Err(u) => missing.push(format!("{}: {}", u.named.column(), u.reason)),
+                }
+            }
+        }
+        let what = if events.is_empty() {
+            format!("no PMU event counts here ({}); CPU time from cpu-clock", missing.join("; "))
+        } else {
+            let names: Vec<&str> = columns.iter().flatten().map(|&c| Named::ALL[c].column()).collect();
+            let mut d = format!("{}, cpu_ns", names.join(", "));
+            if !missing.is_empty() {
+                d.push_str(&format!(" (null: {})", missing.join("; ")));
+            }
+            d
+        };
+        let mut counted = Counted { cpu_ns: true, ..Counted::default() };
+        for c in columns.iter().flatten() {
+            counted.pmu[*c] = true;
+        }
+        events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
+        columns.push(None);
+        let on = |src, description| PmuColumns {
+            src,
+            columns: columns.clone(),
+            counted,
+            by_cgroup: BTreeMap::new(),
+            by_id: BTreeMap::new(),
+            cpu_ns: BTreeMap::new(),
+            reads: 0,
+            description,
+        };
+        let bpf_failed = if choice == Choice::Perf {
+            "--pmu perf".to_string()
+        } else {
+            let per_drain = BPF_DRAIN_EVERY.as_millis() as u32;
+            let slot = Duration::from_millis(1);
+            match Attribution::start(&events, cpus, slot, capacity_for(BPF_CONTAINERS, per_drain)) {
+                Ok(mut a) => {
+                    a.group_cpus(domain_of);
+                    return Ok(on(Source::Bpf(Box::new(a)), format!("eBPF, 1 ms slots: {what}")));
+                }
+                Err(e) if choice == Choice::Bpf => return Err(format!("eBPF attribution: {e}")),
+                Err(e) => format!("eBPF attribution unavailable: {e}"),
+            }
+        };
+        // perf cgroup events: opened per container as they come; check now that this kernel
+        // lets us count at all.
+        if let Err(e) = CounterGroup::open(&Target::Cpu(cpus.first().copied().unwrap_or(0)), &events) {
+            return Err(format!("{bpf_failed}; perf events: {e}"));
+        }
+        let mut col = CgroupCollector::new(events, cpus.to_vec());
+        col.group_cpus(domain_of);
+        let mut desc = format!("perf cgroup events ({bpf_failed}), read every {PERF_READ_EVERY:?}: {what}");
+        if let Some(w) = cgroup::warning(1, cpus.len(), PERF_READ_EVERY) {
+            desc.push_str(&format!("; {w}"));
+        }
+        Ok(on(Source::Perf(col), desc))
+    }
+
+    /// Whether the llc_misses column is counted.
+    pub fn counts_llc_misses(&self) -> bool {
+        self.counted.pmu[3]
+    }
+
+    fn sample(&mut self, meta: &Arc<ContainerMeta>, domain: u32, end: Duration, values: &[u64]) -> PmuSample {
+        let mut v = [0u64; 4];
+        let mut cpu_ns = 0;
+        for (c, x) in self.columns.iter().zip(values) {
+            match c {
+                Some(i) => v[*i] = *x,
+                None => cpu_ns = *x,
+            }
+        }
+        match self.cpu_ns.get_mut(meta.id.as_str()) {
+            Some(n) => *n += cpu_ns,
+            None => {
+                self.cpu_ns.insert(meta.id.clone(), cpu_ns);
+            }
+        }
+        PmuSample { container: meta.clone(), domain, end, values: v, cpu_ns }
+    }
+}
+
+impl PmuSource for PmuColumns {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn counted(&self) -> Counted {
+        self.counted
+    }
+
+    fn drain_every(&self) -> Duration {
+        match self.src {
+            Source::Bpf(_) => BPF_DRAIN_EVERY,
+            Source::Perf(_) => PERF_READ_EVERY,
+        }
+    }
+
+    fn follow(&mut self, c: &Container) {
+        match &mut self.src {
+            Source::Bpf(_) => {
+                if let Some(cg) = c.cgroup_id {
+                    self.by_cgroup.insert(cg, c.meta.clone());
+                }
+            }
+            Source::Perf(col) => {
+                let Some(dir) = &c.dir else { return };
+                if let Err(e) = col.add(c.id(), dir) {
+                    eprintln!("cachescope: perf events for {} ({}): {e}; its PMU columns stay 0", c.id(), dir.display());
+                }
+            }
+        }
+        self.by_id.insert(c.id().to_string(), c.meta.clone());
+    }
+
+    fn unfollow(&mut self, id: &str) {
+        self.by_cgroup.retain(|_, m| m.id != id);
+        self.by_id.remove(id);
+        self.cpu_ns.remove(id);
+        if let Source::Perf(col) = &mut self.src {
+            col.remove(id);
+        }
+    }
+
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String> {
+        match &mut self.src {
+            Source::Bpf(a) => {
+                let slot_ns = a.slot_ns();
+                let rows = a.drain().map_err(|e| e.to_string())?;
+                // Every slot before the previous one is complete and drained.
+                let mark = Duration::from_nanos(a.current_slot().saturating_sub(1) * slot_ns);
+                let mut last = None;
+                for r in rows {
+                    if last != Some(r.slot) {
+                        last = Some(r.slot);
+                        self.reads += 1;
+                    }
+                    let Some(meta) = self.by_cgroup.get(&r.cgroup_id).cloned() else { continue };
+                    let end = Duration::from_nanos((r.slot + 1) * slot_ns);
+                    let s = self.sample(&meta, r.domain, end, &r.values);
+                    out.push(s);
+                }
+                Ok(mark)
+            }
+            Source::Perf(col) => {
+                let deltas = col.sample().map_err(|e| e.to_string())?;
+                let now = monotonic();
+                self.reads += 1;
+                for d in deltas {
+                    let Some(meta) = self.by_id.get(&d.id).cloned() else { continue };
+                    let s = self.sample(&meta, d.domain, now, &d.values);
+                    out.push(s);
+                }
+                Ok(now)
+            }
+        }
+    }
+
+    /// CPU use per container over the period, where no hardware event is counted (else the
+    /// columns say it).
+    fn header(&mut self, period: Duration) -> Option<String> {
+        let how = match self.src {
+            Source::Bpf(_) => format!("eBPF cpu-clock, {} slots of 1 ms", self.reads),
+            Source::Perf(_) => format!("perf cgroup cpu-clock, {} reads", self.reads),
+        };
+        self.reads = 0;
+        let secs = period.as_secs_f64().max(1e-9);
+        let per: Vec<String> = self
+            .by_id
+            .keys()
+            .map(|id| format!("{id} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
+            .collect();
+        self.cpu_ns.clear();
+        if self.counted.pmu.iter().any(|&b| b) {
+            return None;
+        }
+        Some(format!("CPUs used ({how}): {}", per.join(", ")))
+    }
+}

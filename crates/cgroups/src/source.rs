@@ -1,0 +1,90 @@
+//! This host's containers as the engine's container source: the cgroup v2 watcher's events,
+//! and each container's threads and CPU use read from its cgroup.
+
+use crate::identity::Glob;
+use crate::watch::{Event, Lifecycle, Watcher};
+use crate::{cpu_usage_usec, threads, CgroupError, Hierarchy};
+use cachescope_engine::containers::{Change, Container, ContainerSource};
+use cachescope_engine::ContainerMeta;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct HostContainers {
+    watcher: Option<Watcher>,
+    events: Receiver<Event>,
+    root: PathBuf,
+    /// id → cgroup path (relative to the root) of the containers running.
+    by_id: BTreeMap<String, String>,
+    what: String,
+}
+
+impl HostContainers {
+    /// Watch the cgroup v2 tree of `h` for containers (runtimes by name, and `globs`).
+    pub fn start(h: &Hierarchy, globs: Vec<Glob>) -> Result<HostContainers, CgroupError> {
+        let what = if globs.is_empty() {
+            "containers of the runtimes recognised by name".to_string()
+        } else {
+            format!("containers of the runtimes recognised by name and {} glob(s)", globs.len())
+        };
+        let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2))?;
+        Ok(HostContainers { watcher: Some(watcher), events, root: h.root.clone(), by_id: BTreeMap::new(), what })
+    }
+}
+
+impl ContainerSource for HostContainers {
+    fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+        while let Ok(ev) = self.events.try_recv() {
+            let c = ev.container;
+            let id = c.identity.id.clone();
+            match ev.kind {
+                Lifecycle::Started => {
+                    if self.by_id.contains_key(&id) {
+                        continue;
+                    }
+                    self.by_id.insert(id.clone(), c.cgroup_path.clone());
+                    let meta = Arc::new(ContainerMeta {
+                        id,
+                        name: c.name.clone(),
+                        pod_uid: c.identity.pod_uid.clone(),
+                        cgroup_path: c.cgroup_path.clone(),
+                        ..Default::default()
+                    });
+                    out.push(Change::Started(Container {
+                        meta,
+                        cgroup_id: c.cgroup_id,
+                        dir: Some(self.root.join(&c.cgroup_path)),
+                        cpus: None,
+                    }));
+                }
+                Lifecycle::Stopped => {
+                    if self.by_id.remove(&id).is_some() {
+                        out.push(Change::Stopped(id));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
+        let Some(rel) = self.by_id.get(id) else { return Ok(Vec::new()) };
+        threads(&self.root, rel, true).map_err(std::io::Error::other)
+    }
+
+    fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
+        cpu_usage_usec(&self.root.join(self.by_id.get(id)?))
+    }
+
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+
+    fn stop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            let _ = w.stop();
+        }
+    }
+}

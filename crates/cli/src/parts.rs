@@ -1,0 +1,615 @@
+//! The sampling commands (`monitor`, `record`, `serve`): validate the flags, choose and build
+//! the engine's parts (backend, containers, PMU source, emulated world, sinks), run, and say
+//! what was done. The loop itself is the engine's.
+
+use crate::terminal::{self, Jsonl, Live, Table};
+use crate::{duration, CliError};
+use cachescope_bpf::columns::{Choice, PmuColumns};
+use cachescope_cgroups::identity::Glob;
+use cachescope_cgroups::source::HostContainers;
+use cachescope_cgroups::Hierarchy;
+use cachescope_cmt::{check_interval, parse_core_groups, Caps, CoreGroups, MsrBackend, TaskTagger};
+use cachescope_detect::{detect, HostPaths, LiveProbe, Role};
+use cachescope_emu::{DrivenWorld, EmuPlatform, PlatformSpec, Scenario, ScenarioContainers, ScenarioWorld};
+use cachescope_emu_resctrl::play::Play;
+use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
+use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
+use cachescope_engine::pmu::PmuSource;
+use cachescope_engine::run::realtime_ns;
+use cachescope_engine::{CacheBackend, ContainerSource, Parts, RunError, Sink, TickerError};
+use cachescope_hw::cpuid::CpuidSnapshot;
+use cachescope_hw::CpuInfo;
+use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
+use cachescope_resctrl::{ContainerGroups, Resctrl};
+use cachescope_rmid::Config;
+use cachescope_sinks::{RecordOptions, RecordSink, ServeSink};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Auto,
+    Resctrl,
+    Msr,
+    PerfCqm,
+    Emulated,
+    /// No cache monitoring: containers, CPU time and PMU columns only.
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PmuArg {
+    /// eBPF, or perf cgroup events where BPF cannot load.
+    Auto,
+    Bpf,
+    /// perf cgroup events (per container × CPU).
+    Perf,
+    Off,
+}
+
+/// Flags every sampling command takes (docs/cli.md).
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// Cache-monitoring backend; `auto` says in `cachescope info` what it picks.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Backend,
+    /// Sampling interval (500us, 1ms, 2s, 1m); default 1ms, 100ms with resctrl.
+    #[arg(long, value_parser = duration::parse)]
+    interval: Option<Duration>,
+    /// Stop after this long (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = duration::parse)]
+    duration: Option<Duration>,
+    /// Emulate this CPU (a vector name from testdata/cpuid or a vector file).
+    #[arg(long, value_name = "MODEL|VECTOR.json")]
+    emulate: Option<String>,
+    /// Scenario driving the emulated platform (docs/scenario.md).
+    #[arg(long, value_name = "FILE.toml")]
+    scenario: Option<PathBuf>,
+    /// Core-pinned groups (msr/emulated), e.g. "0-3,4-7".
+    #[arg(long, value_name = "GROUPS")]
+    cores: Option<String>,
+    /// Containers to follow beyond the runtimes recognised by name: globs over cgroup paths
+    /// (`*` within a component, `**` across).
+    #[arg(long, value_name = "GLOB", num_args = 1..)]
+    containers: Vec<String>,
+    /// Where per-container PMU counts and CPU time come from: eBPF (1 ms slots), perf cgroup
+    /// events (the fallback where BPF cannot load), or off. Real containers only.
+    #[arg(long, value_enum, default_value = "auto")]
+    pmu: PmuArg,
+    /// Mount resctrl at /sys/fs/resctrl if it is not mounted (resctrl backend).
+    #[arg(long)]
+    mount_resctrl: bool,
+    /// How often to print a table (and refresh the self-metrics).
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    print_every: Duration,
+    /// Run emulated time as fast as possible instead of with the wall clock.
+    #[arg(long)]
+    fast: bool,
+    /// Peak memory bandwidth per L3 domain, GB/s: sets the longest safe MBM interval.
+    #[arg(long, default_value_t = 500)]
+    peak_bandwidth_gbps: u64,
+}
+
+/// What the terminal shows (`monitor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminal {
+    /// The live view on a terminal, plain tables otherwise.
+    View,
+    Plain,
+    Jsonl,
+}
+
+/// Where rows go; one run may have several.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    pub terminal: Option<Terminal>,
+    /// Parquet directory, rotation age and size.
+    pub record: Option<(PathBuf, Duration, u64)>,
+    pub listen: Option<SocketAddr>,
+}
+
+/// The parts of a run before its sinks, and what it says about itself.
+struct Built {
+    backend: Box<dyn CacheBackend>,
+    containers: Box<dyn ContainerSource>,
+    pmu: Option<Box<dyn PmuSource>>,
+    world: Option<Box<dyn cachescope_engine::world::World>>,
+    interval: Duration,
+    virtual_time: bool,
+    /// What the PMU columns are, for the file metadata.
+    pmu_description: String,
+}
+
+struct EmuTagger(Arc<EmuPlatform>);
+
+impl TaskTagger for EmuTagger {
+    fn tag(&self, container: &str, rmid: Option<u32>) -> Result<(), String> {
+        self.0.tag_container(container, rmid).then_some(()).ok_or_else(|| "no such emulated container".into())
+    }
+}
+
+fn info(label: String, cpuid: String, emulated: Option<String>, l3_bytes: Option<u64>) -> BackendInfo {
+    BackendInfo {
+        label,
+        cpuid,
+        domains: Vec::new(),
+        upscale: 1,
+        l3_bytes,
+        mbm_width: 64,
+        mbm_unit: 1,
+        sampling: Sampling::Virtual,
+        emulated,
+        upkeep_every: Duration::from_millis(100),
+        metadata: Vec::new(),
+    }
+}
+
+/// One line: vendor, family/model/stepping, and what L3 monitoring offers.
+pub fn cpuid_summary(cpu: &CpuInfo) -> String {
+    let mut s = format!(
+        "{} family {} model {} stepping {}",
+        cpu.vendor, cpu.signature.family, cpu.signature.model, cpu.signature.stepping
+    );
+    match &cpu.monitoring.l3 {
+        Some(l3) => s.push_str(&format!(
+            "; L3 monitoring: max_rmid {} upscale {} counter_width {} occupancy {} mbm_total {} mbm_local {}",
+            l3.max_rmid, l3.upscale_factor, l3.counter_width_linux, l3.occupancy, l3.mbm_total, l3.mbm_local
+        )),
+        None => s.push_str("; no L3 monitoring"),
+    }
+    s
+}
+
+fn host_cpu() -> Option<CpuInfo> {
+    CpuidSnapshot::capture(&InstructionCpuid).ok().map(|s| CpuInfo::decode(&s))
+}
+
+fn topology() -> Result<Topology, CliError> {
+    Topology::read(Path::new("/sys")).map_err(CliError::unavailable)
+}
+
+impl Common {
+    fn globs(&self) -> Result<Vec<Glob>, CliError> {
+        self.containers
+            .iter()
+            .filter(|g| *g != "auto")
+            .map(|g| Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
+            .collect()
+    }
+
+    fn msr_interval(&self) -> Duration {
+        self.interval.unwrap_or(Duration::from_millis(1))
+    }
+
+    fn check_mbm_interval(&self, caps: &Caps) -> Result<(), CliError> {
+        let peak = self.peak_bandwidth_gbps.saturating_mul(1_000_000_000);
+        check_interval(caps, self.msr_interval(), peak).map_err(CliError::input)
+    }
+
+    /// The scenario, the model (`--emulate` or the scenario's) and the emulated platform.
+    fn emulation(&self, no_scenario: &str) -> Result<(Scenario, String, Arc<EmuPlatform>), CliError> {
+        let path = self.scenario.as_ref().ok_or_else(|| CliError::input(no_scenario))?;
+        let scenario = Scenario::load(path).map_err(CliError::input)?;
+        let model = self.emulate.clone().unwrap_or_else(|| scenario.platform.model.clone());
+        let emu = Arc::new(EmuPlatform::with_model(&scenario, &model).map_err(CliError::input)?);
+        Ok((scenario, model, emu))
+    }
+
+    /// The PMU source for real containers, or why there is none. `domain_of[cpu]`: the
+    /// domain each CPU's counts are charged to (host L3 ids, or emulated domain indexes).
+    fn pmu(&self, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> Result<PmuColumns, String> {
+        let choice = match self.pmu {
+            PmuArg::Off => return Err("off: --pmu off".into()),
+            PmuArg::Auto => Choice::Auto,
+            PmuArg::Bpf => Choice::Bpf,
+            PmuArg::Perf => Choice::Perf,
+        };
+        // Every online CPU: available_parallelism would stop at our own affinity or quota.
+        let cpus: Vec<usize> = topo.online_cpus().map(|c| c as usize).collect();
+        let max = cpus.iter().copied().max().unwrap_or(0);
+        let map = (0..=max).map(|c| domain_of(c as u32)).collect();
+        PmuColumns::start(host_cpu().as_ref(), &cpus, map, choice).map_err(|e| format!("off: {e}"))
+    }
+
+    fn cgroup_v2(&self, what: &str) -> Result<Hierarchy, CliError> {
+        let h = Hierarchy::find(Path::new("/proc")).map_err(CliError::unavailable)?;
+        if !h.v2 {
+            return Err(CliError::unavailable(format!("{what} needs cgroup v2 to follow containers; found {}", h.description)));
+        }
+        Ok(h)
+    }
+}
+
+/// Host containers with their PMU source where one works (said on stderr where not).
+fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> (Option<Box<dyn PmuSource>>, String) {
+    match args.pmu(topo, domain_of) {
+        Ok(p) => {
+            let d = p.describe();
+            if d.contains("no PMU") {
+                eprintln!("cachescope: PMU columns: {d}");
+            }
+            (Some(Box::new(p)), d)
+        }
+        Err(why) => {
+            eprintln!("cachescope: PMU columns: {why}");
+            (None, why)
+        }
+    }
+}
+
+fn build(args: &Common) -> Result<Built, CliError> {
+    if args.containers.iter().any(|g| g == "auto") && args.containers.len() > 1 {
+        return Err(CliError::input("--containers: `auto` cannot be combined with globs"));
+    }
+    let emulated = args.emulate.is_some() || args.scenario.is_some();
+    match args.backend {
+        Backend::Resctrl => return resctrl(args, emulated),
+        Backend::Emulated => return emulate(args),
+        Backend::Auto if emulated => return emulate(args),
+        _ if emulated => return Err(CliError::input("--emulate and --scenario need --backend emulated (or auto)")),
+        _ => {}
+    }
+    let host = host_cpu().ok_or_else(|| CliError::unavailable("CPUID is not executable here"))?;
+    let d = detect(&HostPaths::default(), &host, &LiveProbe);
+    let name = match args.backend {
+        Backend::Msr => "msr",
+        Backend::PerfCqm => "perf-cqm",
+        Backend::None => "none",
+        _ => d.auto(Role::CacheMonitoring).map_or("none", |b| b.name),
+    };
+    let status = d.get(name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
+    if !status.available {
+        return Err(CliError::unavailable(format!("backend {name} is unavailable: {}", status.reason)));
+    }
+    match name {
+        "resctrl" => resctrl(args, false),
+        "msr" => msr(args, &host),
+        "none" => unsupported(args, &host, &d),
+        _ => Err(CliError::unavailable(format!("backend {name} is available here but not built into this version yet"))),
+    }
+}
+
+/// No cache monitoring here: follow the host's containers with CPU time and PMU columns.
+fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::Detection) -> Result<Built, CliError> {
+    if args.cores.is_some() {
+        return Err(CliError::input("--cores is for the msr backend (core groups need RDT)"));
+    }
+    let h = args.cgroup_v2("without cache monitoring, cachescope")?;
+    let topo = topology()?;
+    let why: Vec<String> = d
+        .backends
+        .iter()
+        .filter(|b| b.role == Role::CacheMonitoring && !b.available)
+        .map(|b| format!("{}: {}", b.name, b.reason))
+        .collect();
+    let why = format!("no cache monitoring on this host ({})", why.join("; "));
+    eprintln!("cachescope: {why}; {}; --emulate MODEL emulates them", cachescope_detect::NONE_DOES);
+    let domains: Vec<u32> = topo.l3_domains.iter().map(|d| d.id).collect();
+    let domains = if domains.is_empty() { vec![0] } else { domains };
+    let l3 = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
+    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    let containers = HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?;
+    Ok(Built {
+        backend: Box::new(Unsupported::new(domains, l3, cpuid_summary(host), &why)),
+        containers: Box::new(containers),
+        pmu,
+        world: None,
+        interval: args.msr_interval(),
+        virtual_time: false,
+        pmu_description: desc,
+    })
+}
+
+fn emu_caps(emu: &EmuPlatform) -> Caps {
+    let mut l3 = emu.l3().clone();
+    l3.counter_width_linux = emu.counter_width();
+    Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid))
+}
+
+fn rmid_config(caps: &Caps, l3_bytes: u64) -> Config {
+    Config {
+        max_rmid: caps.max_rmid,
+        threshold_bytes: Config::default_threshold(l3_bytes, caps.max_rmid),
+        min_limbo: Duration::from_millis(10),
+    }
+}
+
+/// The emulated platform, driven by a scenario or by this host's containers.
+fn emulate(args: &Common) -> Result<Built, CliError> {
+    if args.scenario.is_none() && args.cores.is_none() {
+        return host_driven(args);
+    }
+    let (scenario, model, emu) = args.emulation("--emulate with --cores needs --scenario FILE")?;
+    let caps = emu_caps(&emu);
+    args.check_mbm_interval(&caps)?;
+    let path = args.scenario.as_deref().map_or(String::new(), |p| p.display().to_string());
+    let mut i = info(
+        format!("emulated ({model})"),
+        cpuid_summary(emu.cpu_info()),
+        Some(format!("the scenario {path}")),
+        Some(emu.l3_bytes()),
+    );
+    let (containers, tagger): (Box<dyn ContainerSource>, Option<Box<dyn TaskTagger>>) = match &args.cores {
+        Some(groups) => {
+            let groups = parse_core_groups(groups).map_err(CliError::input)?;
+            for cpu in groups.iter().flatten() {
+                if !emu.domains().iter().any(|(_, cpus)| cpus.contains(cpu)) {
+                    return Err(CliError::input(format!("--cores: CPU {cpu} is not an online CPU with an L3")));
+                }
+            }
+            i.label = format!("emulated ({model}), core groups");
+            (Box::new(CoreGroups::new(groups)), None)
+        }
+        None => (Box::new(ScenarioContainers::new(&scenario)), Some(Box::new(EmuTagger(emu.clone())))),
+    };
+    let cfg = rmid_config(&caps, emu.l3_bytes());
+    let backend = MsrBackend::new(emu.clone(), caps, &emu.domains(), cfg, tagger, i);
+    Ok(Built {
+        backend: Box::new(backend),
+        containers,
+        pmu: None,
+        world: Some(Box::new(ScenarioWorld(emu))),
+        interval: args.msr_interval(),
+        virtual_time: args.fast,
+        pmu_description: "off: scenario containers are not processes".into(),
+    })
+}
+
+/// `--emulate MODEL` without a scenario: an emulated L3 shaped like this host's, driven by
+/// what its real containers were measured to do.
+fn host_driven(args: &Common) -> Result<Built, CliError> {
+    let model = args.emulate.as_deref().ok_or_else(|| CliError::input("--backend emulated needs --emulate MODEL"))?;
+    if args.fast {
+        return Err(CliError::input(
+            "--fast needs --scenario: without one the host's containers drive the emulated cache in real time",
+        ));
+    }
+    let topo = topology()?;
+    if topo.l3_domains.is_empty() {
+        return Err(CliError::unavailable("sysfs shows no L3 cache on this host: nothing to emulate it after"));
+    }
+    let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max().ok_or_else(|| {
+        CliError::unavailable("sysfs does not give the L3 size (cache/index3/size): nothing to emulate it after")
+    })?;
+    let platform = PlatformSpec {
+        model: model.to_string(),
+        l3_mib: l3_bytes as f64 / (1024.0 * 1024.0),
+        domains: topo.l3_domains.len() as u32,
+        cpus_per_domain: topo.l3_domains.iter().map(|d| d.cpus.len() as u32).max().unwrap_or(1).max(1),
+        counter_width: None,
+        seed: 0,
+        jitter: 0.0,
+    };
+    let scenario = Scenario::platform_only(platform).map_err(CliError::unavailable)?;
+    let emu = Arc::new(EmuPlatform::with_model(&scenario, model).map_err(CliError::input)?);
+    let h = args.cgroup_v2("--emulate without --scenario")?;
+    // PMU counts are charged to emulated domains (their index), as the rows are.
+    let index = |cpu: u32| topo.l3_domains.iter().position(|d| d.cpus.contains(&cpu)).unwrap_or(0) as u32;
+    let pmu = args.pmu(&topo, index).map_err(|why| {
+        CliError::unavailable(format!(
+            "--emulate without --scenario measures the host's containers with eBPF or perf events, which are {why}"
+        ))
+    })?;
+    let misses = pmu.counts_llc_misses();
+    let driver = DrivenWorld::driver(misses);
+    eprintln!(
+        "cachescope: LLC occupancy and memory bandwidth are EMULATED ({model}, this host's L3 shape), driven by {driver}"
+    );
+    let caps = emu_caps(&emu);
+    args.check_mbm_interval(&caps)?;
+    let i = info(
+        format!("emulated ({model}) driven by host containers"),
+        cpuid_summary(emu.cpu_info()),
+        Some(driver),
+        Some(emu.l3_bytes()),
+    );
+    let cfg = rmid_config(&caps, emu.l3_bytes());
+    let backend = MsrBackend::new(emu.clone(), caps, &emu.domains(), cfg, Some(Box::new(EmuTagger(emu.clone()))), i);
+    let domains = (0..topo.l3_domains.len() as u32).collect();
+    let desc = pmu.describe();
+    Ok(Built {
+        backend: Box::new(backend),
+        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        pmu: Some(Box::new(pmu)),
+        world: Some(Box::new(DrivenWorld::new(emu, domains, misses))),
+        interval: args.msr_interval(),
+        virtual_time: false,
+        pmu_description: desc,
+    })
+}
+
+/// The msr backend on this host's `/dev/cpu/N/msr`: core groups only.
+fn msr(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
+    let groups = args
+        .cores
+        .as_deref()
+        .ok_or_else(|| CliError::input("the msr backend monitors core groups: give --cores, e.g. 0-3,4-7"))?;
+    let groups = parse_core_groups(groups).map_err(CliError::input)?;
+    let l3 = host.monitoring.l3.clone().ok_or_else(|| CliError::unavailable("no L3 monitoring"))?;
+    let caps = Caps::from_l3(&l3, host.monitoring.max_rmid_any.unwrap_or(l3.max_rmid));
+    args.check_mbm_interval(&caps)?;
+    let topo = topology()?;
+    let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
+    let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
+    let mut i = info("msr".into(), cpuid_summary(host), None, l3_bytes);
+    i.sampling = Sampling::Tick;
+    i.upkeep_every = Duration::from_secs(1);
+    let cfg = rmid_config(&caps, l3_bytes.unwrap_or(0));
+    let dev = Arc::new(DevMsr::new(Path::new("/dev")));
+    Ok(Built {
+        backend: Box::new(MsrBackend::new(dev, caps, &domains, cfg, None, i)),
+        containers: Box::new(CoreGroups::new(groups)),
+        pmu: None,
+        world: None,
+        interval: args.msr_interval(),
+        virtual_time: false,
+        pmu_description: "off: core groups are not containers".into(),
+    })
+}
+
+/// resctrl: the kernel's mount, or (with `--emulate`) the emulated one over FUSE with the
+/// scenario played as real cgroups and processes.
+fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
+    let interval = args.interval.unwrap_or(Duration::from_millis(100));
+    if interval < Duration::from_millis(1) {
+        return Err(CliError::input(format!(
+            "--interval {interval:?} is shorter than resctrl can sustain (each read is a syscall that takes the kernel's global mutex): use 1ms or more"
+        )));
+    }
+    if args.fast {
+        return Err(CliError::input(
+            "--fast is not available with the resctrl backend: the emulated filesystem follows the wall clock",
+        ));
+    }
+    if args.cores.is_some() {
+        return Err(CliError::input("--cores is for the msr backend; resctrl monitors containers"));
+    }
+    let h = args.cgroup_v2("the resctrl backend")?;
+    let topo = topology()?;
+    if emulate {
+        let (scenario, model, platform) = args.emulation(
+            "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
+        )?;
+        let mut play = Play::new(&h, &scenario, interval * 2).map_err(CliError::unavailable)?;
+        let prefix = format!("{}/", play.rel_prefix());
+        let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
+        // The platform's clock starts once the first containers are attached.
+        let opts = FuseOptions { wall_clock: false, ..FuseOptions::default() };
+        let m = Mounted::start(platform.clone(), opts, proc_resolver("/proc".into(), workload))
+            .map_err(CliError::unavailable)?;
+        let root = m.root().to_path_buf();
+        let label = format!("resctrl (emulated {model}, FUSE at {})", root.display());
+        let emulated = Some(format!("the scenario {}", args.scenario.as_deref().unwrap_or(Path::new("")).display()));
+        let i = info(label, cpuid_summary(platform.cpu_info()), emulated, Some(platform.l3_bytes()));
+        let groups = ContainerGroups::new(Resctrl::at(root), resctrl_info(i, platform.l3().upscale_factor))
+            .map_err(CliError::unavailable)?;
+        play.hold(m);
+        let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+        return Ok(Built {
+            backend: Box::new(groups),
+            containers: Box::new(play),
+            pmu,
+            world: None,
+            interval,
+            virtual_time: false,
+            pmu_description: desc,
+        });
+    }
+    let rc = match Resctrl::find(Path::new("/proc")) {
+        Ok(rc) => rc,
+        Err(_) if args.mount_resctrl => Resctrl::mount(Path::new("/sys/fs/resctrl"))
+            .map_err(|e| CliError::unavailable(format!("--mount-resctrl: {e}")))?,
+        Err(e) => return Err(CliError::unavailable(e)),
+    };
+    let cpu = host_cpu();
+    let upscale = cpu.as_ref().and_then(|c| c.monitoring.l3.as_ref()).map_or(1, |l3| l3.upscale_factor);
+    let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
+    let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), cpuid_summary);
+    let i = info("resctrl".into(), cpuid, None, l3_bytes);
+    let groups = ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?;
+    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    Ok(Built {
+        backend: Box::new(groups),
+        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        pmu,
+        world: None,
+        interval,
+        virtual_time: false,
+        pmu_description: desc,
+    })
+}
+
+fn resctrl_info(mut i: BackendInfo, upscale: u32) -> BackendInfo {
+    i.upscale = u64::from(upscale);
+    i.upkeep_every = Duration::from_millis(500);
+    i
+}
+
+/// Open every output asked for (fails early: an unwritable directory or a port in use is
+/// bad input, exit 2).
+fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
+    let mut v: Vec<Box<dyn Sink>> = Vec::new();
+    let host = terminal::hostname();
+    match outs.terminal {
+        Some(Terminal::Jsonl) => v.push(Box::new(Jsonl { host: host.clone() })),
+        Some(t) => {
+            use std::io::IsTerminal;
+            if t == Terminal::View && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
+                v.push(Box::new(Live::start().map_err(CliError::unavailable)?));
+            } else {
+                v.push(Box::new(Table::default()));
+            }
+        }
+        None => {}
+    }
+    if let Some((dir, rotate_every, rotate_bytes)) = &outs.record {
+        let i = b.backend.info();
+        let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
+        let mut metadata = vec![
+            ("cachescope.backend".to_string(), i.label.clone()),
+            ("cachescope.cpuid".into(), i.cpuid.clone()),
+            ("cachescope.monotonic_offset_ns".into(), (realtime_ns() - mono).to_string()),
+            ("cachescope.upscale_bytes".into(), i.upscale.to_string()),
+            ("cachescope.pmu".into(), b.pmu_description.clone()),
+            ("cachescope.containers".into(), b.containers.describe()),
+        ];
+        if let Some(l3) = i.l3_bytes {
+            metadata.push(("cachescope.l3_bytes".into(), l3.to_string()));
+        }
+        if let Some(e) = &i.emulated {
+            metadata
+                .push(("cachescope.emulated".into(), format!("llc_occupancy_bytes and mbm_* are emulated, driven by {e}")));
+        }
+        metadata.extend(i.metadata.iter().cloned());
+        let o = RecordOptions {
+            dir: dir.clone(),
+            host,
+            rotate_every: *rotate_every,
+            rotate_bytes: *rotate_bytes,
+            upscale: i.upscale,
+            metadata,
+        };
+        let rec = RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
+        v.push(Box::new(rec));
+    }
+    if let Some(addr) = outs.listen {
+        v.push(Box::new(ServeSink::start(addr).map_err(CliError::input)?));
+        eprintln!("cachescope: serving Prometheus metrics at http://{addr}/metrics");
+    }
+    Ok(v)
+}
+
+/// How long batched backends sleep between wake-ups.
+const BATCH: Duration = Duration::from_millis(50);
+
+pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| CliError::unavailable(format!("signal handler: {e}")))?;
+    }
+    let b = build(args)?;
+    let sinks = sinks(outs, &b)?;
+    let opts = cachescope_engine::Options {
+        interval: b.interval,
+        batch: BATCH,
+        duration: args.duration,
+        virtual_time: b.virtual_time,
+        status_every: args.print_every,
+        stop,
+    };
+    let parts = Parts { backend: b.backend, containers: b.containers, pmu: b.pmu, world: b.world, sinks };
+    match cachescope_engine::run(parts, &opts) {
+        Ok(sum) => {
+            eprintln!("cachescope: {}", terminal::summary_line(sum.wakes, &sum.lateness, sum.missed));
+            for m in sum.messages {
+                eprintln!("cachescope: {m}");
+            }
+            Ok(())
+        }
+        Err(RunError::Clock(e @ TickerError::Interval(_))) => Err(CliError::input(format!("--interval: {e}"))),
+        Err(e) => Err(CliError::unavailable(e)),
+    }
+}

@@ -1,0 +1,138 @@
+//! The emulated platform as parts of the engine's run: the scenario's containers on their
+//! schedule ([`ScenarioContainers`]), and the platform's time as the run's world, advanced by
+//! the scenario ([`ScenarioWorld`]) or by what real containers were measured to do
+//! ([`DrivenWorld`]).
+
+use crate::{EmuPlatform, Scenario};
+use cachescope_engine::containers::{Change, Container, ContainerSource};
+use cachescope_engine::pmu::Totals;
+use cachescope_engine::world::World;
+use cachescope_engine::ContainerMeta;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Scenario containers, known by their name (DESIGN.md §5.5), started and stopped on the
+/// scenario's schedule in the run's time.
+pub struct ScenarioContainers {
+    schedule: Vec<(String, Duration, Option<Duration>)>,
+    running: BTreeSet<String>,
+    done: BTreeSet<String>,
+}
+
+impl ScenarioContainers {
+    pub fn new(s: &Scenario) -> ScenarioContainers {
+        let schedule = s
+            .containers
+            .iter()
+            .map(|c| (c.name.clone(), Duration::from_millis(c.start_ms), c.stop_ms.map(Duration::from_millis)))
+            .collect();
+        ScenarioContainers { schedule, running: BTreeSet::new(), done: BTreeSet::new() }
+    }
+}
+
+impl ContainerSource for ScenarioContainers {
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+        for (name, start, stop) in &self.schedule {
+            let ended = stop.is_some_and(|s| s <= now);
+            if self.running.contains(name) {
+                if ended {
+                    self.running.remove(name);
+                    self.done.insert(name.clone());
+                    out.push(Change::Stopped(name.clone()));
+                }
+            } else if *start <= now && !ended && !self.done.contains(name) {
+                self.running.insert(name.clone());
+                out.push(Change::Started(Container { meta: ContainerMeta::named(name), ..Default::default() }));
+            }
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("{} scenario containers", self.schedule.len())
+    }
+}
+
+/// The platform's time follows the run; the scenario says what each container does.
+pub struct ScenarioWorld(pub Arc<EmuPlatform>);
+
+impl World for ScenarioWorld {
+    fn advance(&mut self, to: Duration, _: &mut dyn FnMut(&str, u32) -> Totals) {
+        self.0.advance_to(to);
+    }
+
+    fn describe(&self) -> String {
+        "the scenario".into()
+    }
+}
+
+/// Bytes of memory traffic per CPU-second of a container where no LLC-miss counter exists:
+/// a round figure between an idle loop (~0) and a streaming core (~10 GB/s), said in the data.
+pub const BYTES_PER_CPU_SECOND: f64 = 1e9;
+/// An LLC miss moves one cache line.
+const LINE_BYTES: f64 = 64.0;
+
+/// This host's real containers drive the emulated cache: the traffic measured for each over a
+/// step (LLC misses × 64 B where misses are counted, CPU time × [`BYTES_PER_CPU_SECOND`]
+/// where not) becomes its traffic in the emulated domain over the same step.
+pub struct DrivenWorld {
+    emu: Arc<EmuPlatform>,
+    /// Emulated domains, in the order the measured domains map to (index = emulated domain).
+    domains: Vec<u32>,
+    misses: bool,
+    followed: BTreeMap<String, ()>,
+    last: Duration,
+}
+
+impl DrivenWorld {
+    /// `domains`: the domain ids the PMU source reports, one per emulated domain (index);
+    /// `misses`: whether LLC misses are counted (else CPU time stands in).
+    pub fn new(emu: Arc<EmuPlatform>, domains: Vec<u32>, misses: bool) -> DrivenWorld {
+        DrivenWorld { emu, domains, misses, followed: BTreeMap::new(), last: Duration::ZERO }
+    }
+
+    /// What drives it, in words (header, stderr, file metadata).
+    pub fn driver(misses: bool) -> String {
+        if misses {
+            "each container's measured LLC misses × 64 B".to_string()
+        } else {
+            format!(
+                "each container's measured CPU time × {:.0} GB/s (no LLC-miss counter here)",
+                BYTES_PER_CPU_SECOND / 1e9
+            )
+        }
+    }
+}
+
+impl World for DrivenWorld {
+    fn started(&mut self, c: &Container) {
+        if self.emu.add_driven(c.id()) {
+            self.followed.insert(c.id().to_string(), ());
+        }
+    }
+
+    fn stopped(&mut self, id: &str) {
+        if self.followed.remove(id).is_some() {
+            self.emu.stop_driven(id);
+        }
+    }
+
+    fn advance(&mut self, to: Duration, measured: &mut dyn FnMut(&str, u32) -> Totals) {
+        let secs = to.saturating_sub(self.last).as_secs_f64().max(1e-6);
+        for id in self.followed.keys() {
+            for (i, &d) in self.domains.iter().enumerate() {
+                let t = measured(id, d);
+                let bytes =
+                    if self.misses { t.values[3] as f64 * LINE_BYTES } else { t.cpu_ns as f64 / 1e9 * BYTES_PER_CPU_SECOND };
+                self.emu.set_rate(id, i as u32, bytes / secs);
+            }
+        }
+        self.emu.advance_to(to);
+        self.last = to;
+    }
+
+    fn describe(&self) -> String {
+        Self::driver(self.misses)
+    }
+}

@@ -1,0 +1,173 @@
+//! A cache-monitoring backend: attaches containers to RMIDs (or says why not), delivers raw
+//! cumulative samples with their own timestamps, does its upkeep, restores what it changed.
+//! Deltas are not its business: [`crate::derive`] makes them, once, for every backend.
+
+use crate::containers::{Container, ContainerSource};
+use crate::row::{ContainerMeta, Status};
+use crate::slots::WaitReason;
+use cachescope_hw::msr::Cumulative;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a backend's counters are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    /// From user space at every interval, at the time of the read (resctrl, msr).
+    Tick,
+    /// An emulated platform in virtual time: read at any instant, so intervals can be worked
+    /// through in batches.
+    Virtual,
+    /// No cache monitoring: rows carry `unsupported` and the PMU and CPU columns.
+    Unsupported,
+}
+
+/// What a backend is and offers.
+#[derive(Debug, Clone)]
+pub struct BackendInfo {
+    /// Its name and how it runs, for people (`resctrl (emulated ...)`).
+    pub label: String,
+    /// The CPUID summary for file metadata.
+    pub cpuid: String,
+    /// L3 domain ids.
+    pub domains: Vec<u32>,
+    /// Bytes per occupancy unit (the smallest change the hardware can show).
+    pub upscale: u64,
+    /// L3 size per domain, where known.
+    pub l3_bytes: Option<u64>,
+    /// Width of the MBM counters as delivered (64: they do not wrap) and bytes per count.
+    pub mbm_width: u32,
+    pub mbm_unit: u64,
+    pub sampling: Sampling,
+    /// Why the values are emulated and what drives them; None when measured.
+    pub emulated: Option<String>,
+    /// How often [`CacheBackend::upkeep`] and the RMID policy run.
+    pub upkeep_every: Duration,
+    /// Further file metadata.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// One container in one domain at one instant: cumulative counters as read.
+#[derive(Debug, Clone)]
+pub struct RawSample {
+    pub container: Arc<ContainerMeta>,
+    pub domain: u32,
+    /// When it was read (time since the run's start).
+    pub at: Duration,
+    pub rmid: Option<u32>,
+    pub status: Status,
+    pub occupancy_bytes: Option<u64>,
+    /// Cumulative MBM counts in the backend's width and unit; the generation changes when
+    /// the counter's identity does (a re-created group, a re-assigned RMID).
+    pub mbm_total: Option<Cumulative>,
+    pub mbm_local: Option<Cumulative>,
+}
+
+/// The outcome of attaching a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attach {
+    /// Monitored from now on; the RMID where the backend knows it.
+    Monitored { rmid: Option<u32> },
+    /// Not monitored, and why; the RMID policy retries.
+    Waiting(WaitReason),
+}
+
+/// RMID slots as the backend sees them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotCounts {
+    pub in_use: u64,
+    pub limbo: u64,
+}
+
+pub trait CacheBackend {
+    fn info(&self) -> &BackendInfo;
+    /// Start monitoring a container (tag its tasks, create its group). Called as soon as
+    /// the container is known, before its first interval is sampled.
+    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> Result<Attach, String>;
+    /// Stop monitoring a container (it stopped, or its RMID goes to a busier one).
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String>;
+    /// Read every attached container in every domain it can have data in.
+    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String>;
+    /// Periodic upkeep: limbo, task resync, groups that vanished. Returns the containers it
+    /// could no longer monitor (detached), with the reason.
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+        Ok(Vec::new())
+    }
+    fn slots(&self) -> SlotCounts;
+    /// Extra header lines (the backend's own counts).
+    fn header(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Restore what was changed (associations, groups); what was done, in words.
+    fn shutdown(&mut self) -> Result<Vec<String>, String>;
+}
+
+/// The backend of hosts without cache monitoring: containers are followed and their PMU and
+/// CPU columns recorded; occupancy and bandwidth are null with status `unsupported`.
+pub struct Unsupported {
+    info: BackendInfo,
+    attached: std::collections::BTreeMap<String, Arc<ContainerMeta>>,
+}
+
+impl Unsupported {
+    /// `why`: the reason there is no cache monitoring here (said in the header and metadata).
+    pub fn new(domains: Vec<u32>, l3_bytes: Option<u64>, cpuid: String, why: &str) -> Unsupported {
+        Unsupported {
+            info: BackendInfo {
+                label: "none (no cache monitoring here)".into(),
+                cpuid,
+                domains,
+                upscale: 1,
+                l3_bytes,
+                mbm_width: 64,
+                mbm_unit: 1,
+                sampling: Sampling::Unsupported,
+                emulated: None,
+                upkeep_every: Duration::from_secs(1),
+                metadata: vec![("cachescope.unsupported".into(), why.to_string())],
+            },
+            attached: Default::default(),
+        }
+    }
+}
+
+impl CacheBackend for Unsupported {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+        self.attached.insert(c.id().to_string(), c.meta.clone());
+        Ok(Attach::Monitored { rmid: None })
+    }
+
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
+        self.attached.remove(id);
+        Ok(())
+    }
+
+    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
+        for meta in self.attached.values() {
+            for &domain in &self.info.domains {
+                out.push(RawSample {
+                    container: meta.clone(),
+                    domain,
+                    at: now,
+                    rmid: None,
+                    status: Status::Unsupported,
+                    occupancy_bytes: None,
+                    mbm_total: None,
+                    mbm_local: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn slots(&self) -> SlotCounts {
+        SlotCounts::default()
+    }
+
+    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+}

@@ -1,0 +1,105 @@
+//! The one place rows are made from raw cumulative samples: MBM bytes per interval (wrap of
+//! the backend's counter width, a reset, a re-created group or re-assigned RMID all handled by
+//! [`cumulative_delta`]), and each row's own interval from its sample's timestamp.
+
+use crate::backend::RawSample;
+use crate::row::{Pmu, Row};
+use cachescope_hw::msr::{cumulative_delta, Cumulative};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+struct Prev {
+    at: Duration,
+    total: Option<Cumulative>,
+    local: Option<Cumulative>,
+}
+
+pub struct Derive {
+    width: u32,
+    unit: u64,
+    /// CLOCK_REALTIME ns at the run's t = 0.
+    start_real_ns: i64,
+    /// container id → domain → the previous sample (nested: looked up by &str).
+    prev: HashMap<String, HashMap<u32, Prev>>,
+}
+
+impl Derive {
+    pub fn new(width: u32, unit: u64, start_real_ns: i64) -> Derive {
+        Derive { width, unit: unit.max(1), start_real_ns, prev: HashMap::new() }
+    }
+
+    /// The row of `s`. `since`: where its interval starts when the container has no earlier
+    /// sample in that domain (the previous step of the run).
+    pub fn row(&mut self, s: RawSample, since: Duration) -> Row {
+        let doms = match self.prev.get_mut(s.container.id.as_str()) {
+            Some(d) => d,
+            None => self.prev.entry(s.container.id.clone()).or_default(),
+        };
+        let cur = Prev { at: s.at, total: s.mbm_total, local: s.mbm_local };
+        let prev = doms.insert(s.domain, cur);
+        let (width, unit) = (self.width, self.unit);
+        let delta = |p: Option<Cumulative>, c: Option<Cumulative>| -> Option<u64> {
+            cumulative_delta(p, c?, width).map(|d| d.saturating_mul(unit))
+        };
+        let start = prev.map_or(since, |p| p.at);
+        Row {
+            time_ns: self.start_real_ns.saturating_add(s.at.as_nanos() as i64),
+            interval_ns: s.at.saturating_sub(start).as_nanos() as i64,
+            container: s.container,
+            domain: s.domain,
+            rmid: s.rmid,
+            llc_occupancy_bytes: s.occupancy_bytes,
+            mbm_total_bytes: delta(prev.and_then(|p| p.total), s.mbm_total),
+            mbm_local_bytes: delta(prev.and_then(|p| p.local), s.mbm_local),
+            pmu: Pmu::default(),
+            cpu_ns: None,
+            status: s.status,
+        }
+    }
+
+    pub fn start_real_ns(&self) -> i64 {
+        self.start_real_ns
+    }
+
+    /// A container stopped (or changed RMID): its next sample starts a new chain.
+    pub fn forget(&mut self, id: &str) {
+        self.prev.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::{ContainerMeta, Status};
+
+    fn sample(at_ms: u64, generation: u64, total: u64) -> RawSample {
+        RawSample {
+            container: ContainerMeta::named("a"),
+            domain: 0,
+            at: Duration::from_millis(at_ms),
+            rmid: Some(1),
+            status: Status::Ok,
+            occupancy_bytes: Some(0),
+            mbm_total: Some(Cumulative { generation, value: total }),
+            mbm_local: None,
+        }
+    }
+
+    #[test]
+    fn deltas_wraps_regenerations_and_own_intervals() {
+        let mut d = Derive::new(24, 1000, 5_000);
+        let r = d.row(sample(2, 0, 10), Duration::from_millis(1));
+        assert_eq!((r.mbm_total_bytes, r.interval_ns, r.time_ns), (None, 1_000_000, 2_005_000), "no baseline");
+        let r = d.row(sample(5, 0, 15), Duration::from_millis(4));
+        assert_eq!((r.mbm_total_bytes, r.interval_ns), (Some(5000), 3_000_000), "interval from its own last sample");
+        let r = d.row(sample(6, 0, 2), Duration::ZERO);
+        assert_eq!(r.mbm_total_bytes, Some(((1 << 24) - 15 + 2) * 1000), "wrap at the width");
+        let r = d.row(sample(7, 1, 100), Duration::ZERO);
+        assert_eq!(r.mbm_total_bytes, None, "a new generation has no baseline");
+        assert_eq!(r.mbm_local_bytes, None, "absent stays absent");
+        d.forget("a");
+        let r = d.row(sample(9, 1, 200), Duration::from_millis(8));
+        assert_eq!((r.mbm_total_bytes, r.interval_ns), (None, 1_000_000));
+    }
+}

@@ -1,0 +1,131 @@
+//! PMU columns: a source counts per container and L3 domain in its own time slots (the eBPF
+//! attribution samples 1 ms slots in the kernel; perf cgroup events are read when drained),
+//! and is drained in batches. [`Join`] keeps what was drained until the rows of the
+//! intervals it belongs to are made.
+
+use crate::containers::Container;
+use crate::row::{ContainerMeta, Pmu};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counts of one container on one domain over one slot.
+#[derive(Debug, Clone)]
+pub struct PmuSample {
+    pub container: Arc<ContainerMeta>,
+    pub domain: u32,
+    /// End of the slot, CLOCK_MONOTONIC.
+    pub end: Duration,
+    /// cycles, instructions, LLC references, LLC misses (0 where not counted).
+    pub values: [u64; 4],
+    pub cpu_ns: u64,
+}
+
+/// Which columns a source fills; the others stay null.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub pmu: [bool; 4],
+    pub cpu_ns: bool,
+}
+
+impl Counted {
+    pub fn any(&self) -> bool {
+        self.cpu_ns || self.pmu.iter().any(|&b| b)
+    }
+}
+
+pub trait PmuSource {
+    /// What is counted and how, for the header and the file metadata.
+    fn describe(&self) -> String;
+    fn counted(&self) -> Counted;
+    /// How often it wants draining (the kernel keeps slots meanwhile).
+    fn drain_every(&self) -> Duration;
+    /// Count a container (from its start).
+    fn follow(&mut self, c: &Container);
+    fn unfollow(&mut self, id: &str);
+    /// Move the completed slots into `out`; returns the watermark: every slot ending at or
+    /// before it (CLOCK_MONOTONIC) has been delivered. An error ends counting.
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String>;
+    /// A header line for the period since it was last asked (e.g. CPU use per container).
+    fn header(&mut self, _period: Duration) -> Option<String> {
+        None
+    }
+}
+
+/// Sums of a container's slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub values: [u64; 4],
+    pub cpu_ns: u64,
+}
+
+impl Totals {
+    fn add(&mut self, values: &[u64; 4], cpu_ns: u64) {
+        for (t, v) in self.values.iter_mut().zip(values) {
+            *t = t.wrapping_add(*v);
+        }
+        self.cpu_ns = self.cpu_ns.wrapping_add(cpu_ns);
+    }
+
+    /// The row's columns: counted ones as values (0 when nothing ran), the others null.
+    pub fn columns(&self, c: Counted) -> (Pmu, Option<u64>) {
+        let v = |i: usize| c.pmu[i].then_some(self.values[i]);
+        (Pmu::from_values([v(0), v(1), v(2), v(3)]), c.cpu_ns.then_some(self.cpu_ns))
+    }
+}
+
+/// Drained slots waiting for their rows: container id → domain → slots in time order.
+#[derive(Default)]
+pub struct Join {
+    slots: BTreeMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
+    /// Slots of containers no longer followed (dropped).
+    pub orphans: u64,
+}
+
+impl Join {
+    pub fn follow(&mut self, id: &str) {
+        self.slots.entry(id.to_string()).or_default();
+    }
+
+    pub fn forget(&mut self, id: &str) {
+        self.slots.remove(id);
+    }
+
+    pub fn push(&mut self, samples: &mut Vec<PmuSample>) {
+        for s in samples.drain(..) {
+            let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else {
+                self.orphans += 1;
+                continue;
+            };
+            let mut t = Totals::default();
+            t.add(&s.values, s.cpu_ns);
+            doms.entry(s.domain).or_default().push_back((s.end, t));
+        }
+    }
+
+    fn sum(q: Option<&VecDeque<(Duration, Totals)>>, after: Duration, until: Duration) -> Totals {
+        let mut t = Totals::default();
+        for (_, x) in q.into_iter().flatten().take_while(|(end, _)| *end <= until).filter(|(end, _)| *end > after) {
+            t.add(&x.values, x.cpu_ns);
+        }
+        t
+    }
+
+    /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
+    /// taking them.
+    pub fn peek(&self, id: &str, domain: u32, after: Duration, until: Duration) -> Totals {
+        Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)), after, until)
+    }
+
+    /// Take the sums of a container's slots on `domain` that end by `until`.
+    pub fn take(&mut self, id: &str, domain: u32, until: Duration) -> Totals {
+        let Some(q) = self.slots.get_mut(id).and_then(|d| d.get_mut(&domain)) else {
+            return Totals::default();
+        };
+        let t = Self::sum(Some(q), Duration::ZERO, until);
+        while q.front().is_some_and(|(end, _)| *end <= until) {
+            q.pop_front();
+        }
+        t
+    }
+}

@@ -1,0 +1,439 @@
+//! The run: one loop for every command and backend.
+//!
+//! Each wake-up: drain the PMU source (its slots keep their own times); then for every
+//! sample time due (the wake-up itself for backends read from user space, or each interval
+//! of the batch for emulated and cache-less backends): lifecycle changes (a new container is
+//! attached before anything of its interval is read or emulated) → the emulated world
+//! advances → the backend is read → rows derived → stopped containers detached. Upkeep and
+//! the RMID policy at their period. Rows are released, with their PMU columns joined, once
+//! the PMU source has delivered their interval, and every sink gets them in time order.
+
+use crate::backend::{CacheBackend, Sampling};
+use crate::clock::{Clock, Wake};
+use crate::containers::{Change, ContainerSource};
+use crate::derive::Derive;
+use crate::pmu::{Counted, Join, PmuSample, PmuSource};
+use crate::row::{Row, Status};
+use crate::sched::{Lateness, TickerError};
+use crate::sink::{Flow, RunStatus, Sink};
+use crate::slots::Slots;
+use crate::world::World;
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The parts of a run, chosen and built by the caller.
+pub struct Parts {
+    pub backend: Box<dyn CacheBackend>,
+    pub containers: Box<dyn ContainerSource>,
+    pub pmu: Option<Box<dyn PmuSource>>,
+    pub world: Option<Box<dyn World>>,
+    pub sinks: Vec<Box<dyn Sink>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The sampling interval (each row's).
+    pub interval: Duration,
+    /// How long batched backends sleep between wake-ups (rows keep `interval`).
+    pub batch: Duration,
+    pub duration: Option<Duration>,
+    /// Virtual time: no waiting (emulated scenarios only).
+    pub virtual_time: bool,
+    /// How often sinks get the run's status.
+    pub status_every: Duration,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub wakes: u64,
+    pub samples: u64,
+    pub lateness: Lateness,
+    pub missed: u64,
+    /// What the backend, the sources and the sinks said at the end.
+    pub messages: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Clock(#[from] TickerError),
+    #[error("{what}: {why}")]
+    Part { what: &'static str, why: String },
+}
+
+fn part(what: &'static str) -> impl FnOnce(String) -> RunError {
+    move |why| RunError::Part { what, why }
+}
+
+pub fn realtime_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// A row waiting for its PMU columns, or the end of a container's rows.
+enum Pending {
+    Row(Duration, Row),
+    Forget(String),
+}
+
+struct State {
+    p: Parts,
+    interval: Duration,
+    slots: Slots,
+    derive: Derive,
+    join: Join,
+    counted: Counted,
+    origin: Duration,
+    pending: VecDeque<Pending>,
+    changes: Vec<Change>,
+    raw: Vec<crate::backend::RawSample>,
+    drained: Vec<PmuSample>,
+    /// The last sample time worked through.
+    step: Duration,
+    /// The PMU watermark, in run time (None: no PMU source, nothing to wait for).
+    watermark: Option<Duration>,
+    samples: u64,
+    messages: Vec<String>,
+    read_errors: u64,
+}
+
+impl State {
+    fn lifecycle(&mut self, at: Duration, stopped: &mut Vec<String>) -> Result<(), RunError> {
+        self.p.containers.poll(at, &mut self.changes).map_err(part("containers"))?;
+        for ch in std::mem::take(&mut self.changes) {
+            match ch {
+                Change::Started(c) => {
+                    if let Some(w) = self.p.world.as_mut() {
+                        w.started(&c);
+                    }
+                    if let Some(pmu) = self.p.pmu.as_mut() {
+                        pmu.follow(&c);
+                        self.join.follow(c.id());
+                    }
+                    self.slots.start(c, self.p.backend.as_mut(), self.p.containers.as_ref(), at).map_err(part("attach"))?;
+                }
+                // Stopped containers are read one last time (their final interval), then detached.
+                Change::Stopped(id) => stopped.push(id),
+            }
+        }
+        Ok(())
+    }
+
+    fn stop_containers(&mut self, at: Duration, stopped: &mut Vec<String>) -> Result<(), RunError> {
+        for id in stopped.drain(..) {
+            self.slots.stop(&id, self.p.backend.as_mut(), at).map_err(part("detach"))?;
+            if let Some(w) = self.p.world.as_mut() {
+                w.stopped(&id);
+            }
+            if let Some(pmu) = self.p.pmu.as_mut() {
+                pmu.unfollow(&id);
+            }
+            self.derive.forget(&id);
+            self.pending.push_back(Pending::Forget(id));
+        }
+        Ok(())
+    }
+
+    /// Work through one sample time.
+    fn sample(&mut self, at: Duration) -> Result<(), RunError> {
+        let mut stopped = Vec::new();
+        self.lifecycle(at, &mut stopped)?;
+        if let Some(w) = self.p.world.as_mut() {
+            let (from, to) = (self.origin + self.step, self.origin + at);
+            let join = &self.join;
+            w.advance(at, &mut |id, d| join.peek(id, d, from, to));
+        }
+        self.p.backend.collect(at, &mut self.raw).map_err(part("backend"))?;
+        for s in self.raw.drain(..) {
+            let row = self.derive.row(s, self.step);
+            if row.status == Status::Error {
+                self.read_errors += 1;
+            }
+            self.pending.push_back(Pending::Row(at, row));
+        }
+        // Containers without an RMID: a `no_rmid` row in every domain, made here only.
+        let start_real = self.derive.start_real_ns();
+        for w in self.slots.waiting().values() {
+            for &domain in &self.p.backend.info().domains {
+                self.pending.push_back(Pending::Row(
+                    at,
+                    Row {
+                        time_ns: start_real.saturating_add(at.as_nanos() as i64),
+                        interval_ns: at.saturating_sub(self.step).as_nanos() as i64,
+                        container: w.container.meta.clone(),
+                        domain,
+                        rmid: None,
+                        llc_occupancy_bytes: None,
+                        mbm_total_bytes: None,
+                        mbm_local_bytes: None,
+                        pmu: Default::default(),
+                        cpu_ns: None,
+                        status: Status::NoRmid,
+                    },
+                ));
+            }
+        }
+        self.samples += 1;
+        self.step = at;
+        self.stop_containers(at, &mut stopped)
+    }
+
+    fn drain_pmu(&mut self) {
+        let Some(pmu) = self.p.pmu.as_mut() else { return };
+        match pmu.drain(&mut self.drained) {
+            Ok(mark) => {
+                self.join.push(&mut self.drained);
+                self.watermark = Some(mark.saturating_sub(self.origin));
+            }
+            Err(e) => {
+                self.messages.push(format!("PMU counting stopped: {e}"));
+                self.p.pmu = None;
+                self.counted = Counted::default();
+                self.watermark = None;
+            }
+        }
+    }
+
+    /// Rows whose PMU slots have all been drained (all of them at the end), to every sink.
+    fn release(&mut self, all: bool, out: &mut Vec<Row>) -> Flow {
+        let mark = if all { None } else { self.watermark };
+        while let Some(front) = self.pending.front() {
+            match front {
+                Pending::Row(at, _) if mark.is_some_and(|m| *at > m) => break,
+                _ => {}
+            }
+            match self.pending.pop_front() {
+                Some(Pending::Row(at, mut row)) => {
+                    if self.counted.any() {
+                        let t = self.join.take(&row.container.id, row.domain, self.origin + at);
+                        (row.pmu, row.cpu_ns) = t.columns(self.counted);
+                    }
+                    out.push(row);
+                }
+                Some(Pending::Forget(id)) => {
+                    let flow = self.emit(out);
+                    self.join.forget(&id);
+                    for s in self.p.sinks.iter_mut() {
+                        s.forget(&id);
+                    }
+                    if flow == Flow::Stop {
+                        return flow;
+                    }
+                }
+                None => break,
+            }
+        }
+        self.emit(out)
+    }
+
+    fn emit(&mut self, rows: &mut Vec<Row>) -> Flow {
+        let mut flow = Flow::Continue;
+        if !rows.is_empty() {
+            for s in self.p.sinks.iter_mut() {
+                if s.rows(rows) == Flow::Stop {
+                    flow = Flow::Stop;
+                }
+            }
+            rows.clear();
+        }
+        flow
+    }
+
+    fn status(&mut self, t: Duration, period: Duration, lateness: &Lateness, missed: u64) -> Flow {
+        let info = self.p.backend.info();
+        let slots = self.p.backend.slots();
+        let mut extra = self.p.backend.header();
+        if let Some(e) = &info.emulated {
+            extra.insert(0, format!("EMULATED occupancy and bandwidth, driven by {e}"));
+        }
+        if let Some(line) = self.p.pmu.as_mut().and_then(|p| p.header(period)) {
+            extra.push(line);
+        }
+        let waiting: Vec<String> =
+            self.slots.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
+        if !waiting.is_empty() {
+            extra.push(format!("without RMID: {}", waiting.join(", ")));
+        }
+        let st = RunStatus {
+            t,
+            period,
+            backend: info.label.clone(),
+            interval: self.interval,
+            lateness: lateness.clone(),
+            missed,
+            rmids_in_use: slots.in_use,
+            rmids_limbo: slots.limbo,
+            unmonitored: self.slots.waiting().len() as u64,
+            l3_bytes: info.l3_bytes.map(|b| info.domains.iter().map(|&d| (d, b)).collect()).unwrap_or_default(),
+            emulated: info.emulated.clone(),
+            read_errors: vec![("error", self.read_errors)],
+            extra,
+        };
+        let mut flow = Flow::Continue;
+        for s in self.p.sinks.iter_mut() {
+            if s.status(&st) == Flow::Stop {
+                flow = Flow::Stop;
+            }
+        }
+        flow
+    }
+}
+
+/// The sample times due by `limit`: each interval of the grid after `step` for batched
+/// backends, or `limit` itself for backends read at every wake-up.
+fn due(sampling: Sampling, interval: Duration, step: Duration, limit: Duration, out: &mut Vec<Duration>) {
+    out.clear();
+    if sampling == Sampling::Tick {
+        if limit > step {
+            out.push(limit);
+        }
+        return;
+    }
+    let i = interval.as_nanos().max(1);
+    let mut k = step.as_nanos() / i + 1;
+    while Duration::from_nanos((k * i) as u64) <= limit {
+        out.push(Duration::from_nanos((k * i) as u64));
+        k += 1;
+    }
+}
+
+/// Run until the duration, the stop flag or a sink says stop. The backend is shut down and
+/// the sinks finished whatever happens; the first error wins.
+pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
+    let info = parts.backend.info().clone();
+    let wake = match info.sampling {
+        Sampling::Tick => opts.interval,
+        // A whole number of intervals per wake-up.
+        _ => opts.interval * (opts.batch.as_nanos() / opts.interval.as_nanos().max(1)).max(1) as u32,
+    };
+    let mut clock = Clock::new(wake, opts.duration, opts.virtual_time, opts.stop.clone())?;
+    let counted = parts.pmu.as_ref().map(|p| p.counted()).unwrap_or_default();
+    let drain_every = parts.pmu.as_ref().map_or(wake, |p| p.drain_every());
+    let mut st = State {
+        p: parts,
+        interval: opts.interval,
+        slots: Slots::default(),
+        derive: Derive::new(info.mbm_width, info.mbm_unit, realtime_ns()),
+        join: Join::default(),
+        counted,
+        origin: clock.origin(),
+        pending: VecDeque::new(),
+        changes: Vec::new(),
+        raw: Vec::new(),
+        drained: Vec::new(),
+        step: Duration::ZERO,
+        watermark: None,
+        samples: 0,
+        messages: Vec::new(),
+        read_errors: 0,
+    };
+    let mut summary = Summary::default();
+    let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);
+    // Clean up in order, whatever happened: the rows still held, the backend's changes, the
+    // sources, the sinks.
+    let mut rows = Vec::new();
+    st.drain_pmu();
+    st.release(true, &mut rows);
+    let mut first_err = result.err();
+    let note = |e: RunError, first: &mut Option<RunError>| {
+        if first.is_none() {
+            *first = Some(e);
+        }
+    };
+    if let Err(e) = st.slots.stop_all(st.p.backend.as_mut(), st.step) {
+        note(RunError::Part { what: "detach", why: e }, &mut first_err);
+    }
+    match st.p.backend.shutdown() {
+        Ok(m) => st.messages.extend(m),
+        Err(e) => note(RunError::Part { what: "backend shutdown", why: e }, &mut first_err),
+    }
+    st.p.containers.stop();
+    for s in st.p.sinks.iter_mut() {
+        match s.finish() {
+            Ok(m) => st.messages.extend(m),
+            Err(e) => note(RunError::Part { what: "sink", why: e }, &mut first_err),
+        }
+    }
+    summary.samples = st.samples;
+    summary.messages = std::mem::take(&mut st.messages);
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(summary),
+    }
+}
+
+fn run_loop(
+    st: &mut State,
+    clock: &mut Clock,
+    info: &crate::backend::BackendInfo,
+    wake: Duration,
+    drain_every: Duration,
+    opts: &Options,
+    summary: &mut Summary,
+) -> Result<(), RunError> {
+    // Containers present at the start are attached before the first interval begins.
+    let mut stopped = Vec::new();
+    st.lifecycle(Duration::ZERO, &mut stopped)?;
+    st.stop_containers(Duration::ZERO, &mut stopped)?;
+    let mut period_lateness = Lateness::default();
+    let (mut last_drain, mut last_upkeep, mut last_status) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut times = Vec::new();
+    let mut rows = Vec::new();
+    while let Some(Wake { t, late, missed, last }) = clock.next() {
+        summary.wakes += 1;
+        summary.lateness.record(late);
+        summary.missed += missed;
+        period_lateness.record(late);
+        for s in st.p.sinks.iter_mut() {
+            s.tick(late, missed);
+        }
+        // A batched run works through what the PMU source has delivered (an emulated world
+        // driven by it needs its counts before it advances); a backend read from user space
+        // reads now and its rows wait for their PMU slots.
+        if st.p.pmu.is_some() && (info.sampling != Sampling::Tick || t.saturating_sub(last_drain) >= drain_every) {
+            st.drain_pmu();
+            last_drain = t;
+        }
+        let limit = match (info.sampling, st.watermark) {
+            (Sampling::Tick, _) | (_, None) => t,
+            (_, Some(m)) if last => m.max(st.step).min(t),
+            (_, Some(m)) => m.min(t),
+        };
+        due(info.sampling, opts.interval, st.step, limit, &mut times);
+        for &at in &times {
+            st.sample(at)?;
+        }
+        if t.saturating_sub(last_upkeep) >= info.upkeep_every {
+            last_upkeep = t;
+            st.slots.upkeep(st.p.backend.as_mut(), st.p.containers.as_ref(), t).map_err(part("RMID upkeep"))?;
+        }
+        let mut flow = st.release(false, &mut rows);
+        let period = t.saturating_sub(last_status);
+        if period >= opts.status_every || last {
+            // Rows up to now first, so the status closes the period they belong to.
+            if st.p.pmu.is_some() && info.sampling == Sampling::Tick {
+                st.drain_pmu();
+                last_drain = t;
+                if st.release(false, &mut rows) == Flow::Stop {
+                    flow = Flow::Stop;
+                }
+            }
+            if st.status(t, period, &period_lateness, summary.missed) == Flow::Stop {
+                flow = Flow::Stop;
+            }
+            last_status = t;
+            period_lateness = Lateness::default();
+        }
+        if flow == Flow::Stop {
+            break;
+        }
+        let _ = wake;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

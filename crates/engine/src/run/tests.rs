@@ -1,0 +1,285 @@
+//! The loop itself, with a fake backend, scripted containers, a fake PMU source and a sink
+//! that keeps what it gets.
+
+use super::*;
+use crate::backend::{Attach, BackendInfo, RawSample, SlotCounts, Unsupported};
+use crate::containers::Container;
+use crate::pmu::PmuSample;
+use crate::row::ContainerMeta;
+use crate::slots::WaitReason;
+use cachescope_hw::msr::Cumulative;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Each attached container moves `rate` counts per ms on a 10-bit counter (wrapping every
+/// 1024), so deltas must survive wraps; `rmids` RMIDs, freed ones in limbo until an upkeep.
+struct Fake {
+    info: BackendInfo,
+    rate: u64,
+    rmids: u32,
+    attached: BTreeMap<String, (Arc<ContainerMeta>, u32, Duration)>,
+    limbo: Vec<u32>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Fake {
+    fn new(sampling: Sampling, rmids: u32, log: Arc<Mutex<Vec<String>>>) -> Fake {
+        Fake {
+            info: BackendInfo {
+                label: "fake".into(),
+                cpuid: String::new(),
+                domains: vec![0, 1],
+                upscale: 1,
+                l3_bytes: Some(1 << 20),
+                mbm_width: 10,
+                mbm_unit: 64,
+                sampling,
+                emulated: None,
+                upkeep_every: Duration::from_millis(10),
+                metadata: Vec::new(),
+            },
+            rate: 300,
+            rmids,
+            attached: BTreeMap::new(),
+            limbo: Vec::new(),
+            log,
+        }
+    }
+}
+
+impl CacheBackend for Fake {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, now: Duration) -> Result<Attach, String> {
+        let used: Vec<u32> = self.attached.values().map(|a| a.1).chain(self.limbo.iter().copied()).collect();
+        let Some(rmid) = (1..=self.rmids).find(|r| !used.contains(r)) else {
+            let reason = if self.limbo.is_empty() { WaitReason::Exhausted } else { WaitReason::Limbo };
+            return Ok(Attach::Waiting(reason));
+        };
+        self.log.lock().unwrap().push(format!("attach {} {}", c.id(), now.as_millis()));
+        self.attached.insert(c.id().into(), (c.meta.clone(), rmid, now));
+        Ok(Attach::Monitored { rmid: Some(rmid) })
+    }
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String> {
+        self.log.lock().unwrap().push(format!("detach {id} {}", now.as_millis()));
+        if let Some(a) = self.attached.remove(id) {
+            self.limbo.push(a.1);
+        }
+        Ok(())
+    }
+    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
+        for (meta, rmid, since) in self.attached.values() {
+            let counts = (now - *since).as_millis() as u64 * self.rate;
+            self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
+            for &domain in &self.info.domains {
+                out.push(RawSample {
+                    container: meta.clone(),
+                    domain,
+                    at: now,
+                    rmid: Some(*rmid),
+                    status: Status::Ok,
+                    occupancy_bytes: Some(counts.min(1000)),
+                    mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % 1024 }),
+                    mbm_local: None,
+                });
+            }
+        }
+        Ok(())
+    }
+    fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+        self.limbo.clear();
+        Ok(Vec::new())
+    }
+    fn slots(&self) -> SlotCounts {
+        SlotCounts { in_use: self.attached.len() as u64, limbo: self.limbo.len() as u64 }
+    }
+    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+        Ok(vec!["fake shut down".into()])
+    }
+}
+
+/// Containers on a schedule: (id, start ms, stop ms).
+struct Script(Vec<(&'static str, u64, Option<u64>)>, Vec<&'static str>);
+
+impl ContainerSource for Script {
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+        let ms = now.as_millis() as u64;
+        for &(id, start, stop) in &self.0 {
+            let running = self.1.contains(&id);
+            if !running && start <= ms && stop.is_none_or(|s| ms < s) {
+                self.1.push(id);
+                out.push(Change::Started(Container { meta: ContainerMeta::named(id), ..Default::default() }));
+            } else if running && stop.is_some_and(|s| s <= ms) {
+                self.1.retain(|x| *x != id);
+                out.push(Change::Stopped(id.into()));
+            }
+        }
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "script".into()
+    }
+}
+
+#[derive(Default)]
+struct Kept {
+    rows: Vec<Row>,
+    forgotten: Vec<(String, usize)>,
+    statuses: Vec<RunStatus>,
+    finished: bool,
+}
+
+struct VecSink(Arc<Mutex<Kept>>);
+
+impl Sink for VecSink {
+    fn rows(&mut self, rows: &[Row]) -> Flow {
+        self.0.lock().unwrap().rows.extend_from_slice(rows);
+        Flow::Continue
+    }
+    fn status(&mut self, st: &RunStatus) -> Flow {
+        self.0.lock().unwrap().statuses.push(st.clone());
+        Flow::Continue
+    }
+    fn forget(&mut self, id: &str) {
+        let mut k = self.0.lock().unwrap();
+        let n = k.rows.len();
+        k.forgotten.push((id.to_string(), n));
+    }
+    fn finish(&mut self) -> Result<Vec<String>, String> {
+        self.0.lock().unwrap().finished = true;
+        Ok(Vec::new())
+    }
+}
+
+fn opts(interval_ms: u64, duration_ms: u64) -> Options {
+    Options {
+        interval: Duration::from_millis(interval_ms),
+        batch: Duration::from_millis(10),
+        duration: Some(Duration::from_millis(duration_ms)),
+        virtual_time: true,
+        status_every: Duration::from_millis(20),
+        stop: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+fn parts(backend: Box<dyn CacheBackend>, script: Script, pmu: Option<Box<dyn PmuSource>>, sinks: usize) -> (Parts, Vec<Arc<Mutex<Kept>>>) {
+    let kept: Vec<Arc<Mutex<Kept>>> = (0..sinks).map(|_| Arc::default()).collect();
+    let sinks = kept.iter().map(|k| Box::new(VecSink(k.clone())) as Box<dyn Sink>).collect();
+    (Parts { backend, containers: Box::new(script), pmu, world: None, sinks }, kept)
+}
+
+#[test]
+fn every_interval_derived_once_attached_before_read_and_ended_in_order() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let script = Script(vec![("a", 0, None), ("b", 5, Some(30))], Vec::new());
+    let (p, kept) = parts(Box::new(Fake::new(Sampling::Virtual, 8, log.clone())), script, None, 2);
+    let sum = run(p, &opts(1, 50)).unwrap();
+    assert_eq!(sum.samples, 50);
+    assert!(sum.messages.contains(&"fake shut down".to_string()));
+    let log = log.lock().unwrap();
+    // b is attached at 5 ms, before anything of its first interval is read.
+    let attach = log.iter().position(|l| l == "attach b 5").unwrap();
+    let first_read = log.iter().position(|l| l.starts_with("read b")).unwrap();
+    assert!(attach < first_read && log[first_read] == "read b 5", "{log:?}");
+    // Its last interval (ending at 30 ms) is read before it is detached.
+    let last_read = log.iter().rposition(|l| l.starts_with("read b")).unwrap();
+    assert_eq!(log[last_read], "read b 30");
+    assert!(log.iter().position(|l| l == "detach b 30").unwrap() > last_read);
+    let k0 = kept[0].lock().unwrap();
+    let k1 = kept[1].lock().unwrap();
+    assert_eq!(k0.rows, k1.rows, "every sink gets the same rows");
+    assert!(k0.finished && k1.finished);
+    let a: Vec<&Row> = k0.rows.iter().filter(|r| r.container.id == "a" && r.domain == 1).collect();
+    assert_eq!(a.len(), 50);
+    assert!(a.windows(2).all(|w| w[1].time_ns - w[0].time_ns == 1_000_000 && w[1].interval_ns == 1_000_000));
+    // 300 counts/ms of 64 B on a 10-bit counter: every delta is exact across the wraps.
+    assert_eq!(a[0].mbm_total_bytes, None, "no baseline for the first sample");
+    assert!(a[1..].iter().all(|r| r.mbm_total_bytes == Some(300 * 64)), "{:?}", a[1..5].to_vec());
+    // b's rows end before the sinks are told to forget it.
+    let (id, at) = &k0.forgotten[0];
+    assert_eq!(id, "b");
+    assert_eq!(*at, k0.rows.iter().rposition(|r| r.container.id == "b").unwrap() + 1);
+    assert!(k0.rows.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "time order");
+    assert!(!k0.statuses.is_empty() && k0.statuses.iter().all(|s| s.backend == "fake"));
+}
+
+#[test]
+fn no_rmid_rows_until_an_rmid_frees_up() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let script = Script(vec![("a", 0, Some(12)), ("b", 2, None)], Vec::new());
+    let (p, kept) = parts(Box::new(Fake::new(Sampling::Tick, 1, log)), script, None, 1);
+    let mut o = opts(1, 40);
+    o.status_every = Duration::from_millis(5);
+    run(p, &o).unwrap();
+    let k = kept[0].lock().unwrap();
+    let b: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == "b" && r.domain == 0).collect();
+    let no_rmid = b.iter().filter(|r| r.status == Status::NoRmid).count();
+    assert!(no_rmid >= 10, "waiting while a holds the only RMID: {no_rmid}");
+    assert!(b.iter().all(|r| r.status != Status::NoRmid || (r.rmid.is_none() && r.llc_occupancy_bytes.is_none())));
+    let first_ok = b.iter().position(|r| r.status == Status::Ok).expect("b gets the RMID after limbo");
+    assert!(b[first_ok..].iter().all(|r| r.status == Status::Ok && r.rmid == Some(1)));
+    let waiting = k.statuses.iter().find(|s| s.unmonitored == 1).expect("a status while b waits");
+    assert!(waiting.extra.iter().any(|l| l.contains("b (rmids exhausted)")), "{:?}", waiting.extra);
+}
+
+/// One PMU slot per ms per followed container: 1000 cycles and 1 ms of CPU on domain 0,
+/// delivered up to 1 s after `origin` at once (a source far ahead of the run).
+struct FakePmu {
+    followed: Vec<Arc<ContainerMeta>>,
+    origin: Duration,
+    next: Duration,
+}
+
+impl PmuSource for FakePmu {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn counted(&self) -> Counted {
+        Counted { pmu: [true, false, false, false], cpu_ns: true }
+    }
+    fn drain_every(&self) -> Duration {
+        Duration::from_millis(5)
+    }
+    fn follow(&mut self, c: &Container) {
+        self.followed.push(c.meta.clone());
+    }
+    fn unfollow(&mut self, id: &str) {
+        self.followed.retain(|m| m.id != id);
+    }
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String> {
+        while self.next < self.origin + Duration::from_secs(1) {
+            self.next += Duration::from_millis(1);
+            for m in &self.followed {
+                out.push(PmuSample {
+                    container: m.clone(),
+                    domain: 0,
+                    end: self.next,
+                    values: [1000, 0, 0, 0],
+                    cpu_ns: 1_000_000,
+                });
+            }
+        }
+        Ok(self.next)
+    }
+}
+
+#[test]
+fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
+    let backend = Unsupported::new(vec![0], None, String::new(), "no RDT");
+    let script = Script(vec![("a", 0, None)], Vec::new());
+    let (mut p, kept) = parts(Box::new(backend), script, None, 1);
+    // The run's clock starts after this, so each slot ends within the 1 ms row it belongs to.
+    let origin = cachescope_platform::clock::monotonic();
+    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin }));
+    let sum = run(p, &opts(1, 30)).unwrap();
+    assert!(sum.samples >= 25, "{}", sum.samples);
+    let k = kept[0].lock().unwrap();
+    assert!(!k.rows.is_empty());
+    assert!(k.rows.iter().all(|r| r.status == Status::Unsupported && r.llc_occupancy_bytes.is_none()));
+    assert!(k.rows.iter().all(|r| r.mbm_total_bytes.is_none() && r.pmu.instructions.is_none()), "uncounted is null");
+    let cpu: u64 = k.rows.iter().filter_map(|r| r.cpu_ns).sum();
+    let cycles: u64 = k.rows.iter().filter_map(|r| r.pmu.cycles).sum();
+    assert_eq!(cpu, k.rows.len() as u64 * 1_000_000, "one slot of CPU per 1 ms row");
+    assert_eq!(cycles, k.rows.len() as u64 * 1000);
+}

@@ -1,0 +1,188 @@
+//! The engine's sinks for recording and serving: sparse rows into Parquet files on a writer
+//! thread ([`RecordSink`]), and the Prometheus page on an HTTP thread ([`ServeSink`]).
+
+use crate::parquet::{Options as ParquetOptions, Recorder};
+use crate::prom::Metrics;
+use cachescope_engine::{Flow, Row, RunStatus, Sink, Sparse};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often, at most, rows go to the Parquet writer thread (by the rows' own time), and the
+/// batch size that sends them sooner: one wake-up of that thread per 1 ms interval cost more
+/// than the rows. Rows still in a batch at SIGINT/SIGTERM are written; at kill -9 they are
+/// lost with the rest of the row group not yet flushed.
+const SEND_EVERY_NS: i64 = 50_000_000;
+const SEND_ROWS: usize = 65_536;
+
+/// What a recording says about itself in every file's metadata.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub dir: PathBuf,
+    pub host: String,
+    pub rotate_every: Duration,
+    pub rotate_bytes: u64,
+    /// Bytes per occupancy unit (sets what the sparse filter counts as a change).
+    pub upscale: u64,
+    /// `cachescope.*` key-value pairs.
+    pub metadata: Vec<(String, String)>,
+}
+
+pub struct RecordSink {
+    rec: Option<Recorder>,
+    sparse: Sparse,
+    failing: bool,
+    dir: PathBuf,
+    batch: Vec<Row>,
+    sent_ns: Option<i64>,
+}
+
+impl RecordSink {
+    /// Open the directory (fails early: an unwritable directory is the caller's bad input).
+    pub fn start(o: RecordOptions) -> Result<RecordSink, crate::SinkError> {
+        let mut p = ParquetOptions::new(o.dir.clone(), o.host);
+        p.rotate_every = o.rotate_every;
+        p.rotate_bytes = o.rotate_bytes;
+        p.metadata = o.metadata;
+        p.metadata.push((
+            "cachescope.sparse".into(),
+            "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),
+        ));
+        let rec = Recorder::start(p)?;
+        Ok(RecordSink {
+            rec: Some(rec),
+            sparse: Sparse::new(o.upscale, 1_000_000_000),
+            failing: false,
+            dir: o.dir,
+            batch: Vec::new(),
+            sent_ns: None,
+        })
+    }
+}
+
+impl Sink for RecordSink {
+    fn rows(&mut self, rows: &[Row]) -> Flow {
+        let Some(rec) = &self.rec else { return Flow::Continue };
+        let Some(t) = rows.last().map(|r| r.time_ns) else { return Flow::Continue };
+        self.batch.extend(self.sparse.filter(rows.to_vec()));
+        let since = t - *self.sent_ns.get_or_insert(t);
+        if since >= SEND_EVERY_NS || self.batch.len() >= SEND_ROWS {
+            rec.send(std::mem::take(&mut self.batch));
+            self.sent_ns = Some(t);
+        }
+        Flow::Continue
+    }
+
+    fn status(&mut self, _: &RunStatus) -> Flow {
+        let Some(rec) = &self.rec else { return Flow::Continue };
+        let st = rec.stats();
+        match (&st.failing, self.failing) {
+            (Some(why), false) => {
+                eprintln!("cachescope: writing Parquet failed, rows kept in memory and retried: {why}");
+                self.failing = true;
+            }
+            (None, true) => {
+                eprintln!("cachescope: writing Parquet works again ({} rows pending)", st.rows_pending);
+                self.failing = false;
+            }
+            _ => {}
+        }
+        Flow::Continue
+    }
+
+    fn forget(&mut self, id: &str) {
+        self.sparse.forget(id);
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, String> {
+        let Some(rec) = self.rec.take() else { return Ok(Vec::new()) };
+        rec.send(std::mem::take(&mut self.batch));
+        let st = rec.finish().map_err(|e| format!("closing the Parquet files: {e}"))?;
+        Ok(vec![format!(
+            "recorded {} rows ({} of {} sampled, sparse) in {} files, {} bytes, in {}{}",
+            st.rows_written,
+            self.sparse.kept,
+            self.sparse.kept + self.sparse.skipped,
+            st.files_closed,
+            st.bytes_closed,
+            self.dir.display(),
+            if st.rows_dropped > 0 {
+                format!("; {} rows dropped while the disk refused them", st.rows_dropped)
+            } else {
+                String::new()
+            }
+        )])
+    }
+}
+
+/// The Prometheus page, served at /metrics from its own thread.
+pub struct ServeSink {
+    metrics: Arc<Mutex<Metrics>>,
+    server: Arc<tiny_http::Server>,
+}
+
+impl ServeSink {
+    /// Listen now (fails early: a port in use is the caller's bad input).
+    pub fn start(listen: SocketAddr) -> Result<ServeSink, String> {
+        let server = tiny_http::Server::http(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
+        let server = Arc::new(server);
+        let metrics = Arc::new(Mutex::new(Metrics::new()));
+        let (s2, m2) = (server.clone(), metrics.clone());
+        std::thread::Builder::new()
+            .name("cachescope-http".into())
+            .spawn(move || serve(&s2, &m2))
+            .map_err(|e| format!("HTTP thread: {e}"))?;
+        Ok(ServeSink { metrics, server })
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Metrics)) {
+        if let Ok(mut m) = self.metrics.lock() {
+            f(&mut m);
+        }
+    }
+}
+
+impl Sink for ServeSink {
+    fn rows(&mut self, rows: &[Row]) -> Flow {
+        self.with(|m| m.update(rows));
+        Flow::Continue
+    }
+
+    fn tick(&mut self, late: Duration, _missed: u64) {
+        self.with(|m| m.observe_lateness(late));
+    }
+
+    fn status(&mut self, st: &RunStatus) -> Flow {
+        self.with(|m| m.set_status(st));
+        Flow::Continue
+    }
+
+    fn forget(&mut self, id: &str) {
+        self.with(|m| m.forget(id));
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, String> {
+        self.server.unblock();
+        Ok(Vec::new())
+    }
+}
+
+fn serve(server: &tiny_http::Server, metrics: &Mutex<Metrics>) {
+    for req in server.incoming_requests() {
+        let ok_path = req.url() == "/metrics" || req.url().starts_with("/metrics?");
+        let resp = if *req.method() == tiny_http::Method::Get && ok_path {
+            let body = metrics.lock().map(|m| m.render()).unwrap_or_default();
+            let ct =
+                tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]);
+            let mut r = tiny_http::Response::from_string(body);
+            if let Ok(h) = ct {
+                r = r.with_header(h);
+            }
+            r
+        } else {
+            tiny_http::Response::from_string("cachescope: see /metrics\n").with_status_code(404)
+        };
+        let _ = req.respond(resp);
+    }
+}
