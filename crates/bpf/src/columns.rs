@@ -65,7 +65,12 @@ fn usable(e: &Encoded) -> bool {
 impl PmuColumns {
     /// Resolve the events this CPU counts and start a source; the reason when none works.
     /// `cpus`: every online CPU; `domain_of[cpu]`: the domain its counts are charged to.
-    pub fn start(cpu: Option<&CpuInfo>, cpus: &[usize], domain_of: Vec<u32>, choice: Choice) -> Result<PmuColumns, String> {
+    pub fn start(
+        cpu: Option<&CpuInfo>,
+        cpus: &[usize],
+        domain_of: Vec<u32>,
+        choice: Choice,
+    ) -> Result<PmuColumns, String> {
         let core = CorePmu::load(Path::new("/sys"), "cpu").ok();
         let mut events = Vec::new();
         let mut columns = Vec::new();
@@ -186,7 +191,11 @@ impl PmuSource for PmuColumns {
             Source::Perf(col) => {
                 let Some(dir) = &c.dir else { return };
                 if let Err(e) = col.add(c.id(), dir) {
-                    eprintln!("cachescope: perf events for {} ({}): {e}; its PMU columns stay 0", c.id(), dir.display());
+                    eprintln!(
+                        "cachescope: perf events for {} ({}): {e}; its PMU columns stay 0",
+                        c.id(),
+                        dir.display()
+                    );
                 }
             }
         }

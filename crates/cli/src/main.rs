@@ -63,7 +63,10 @@ struct Files {
 }
 
 impl Files {
-    fn with(&self, dir: Option<std::path::PathBuf>) -> Result<Option<(std::path::PathBuf, std::time::Duration, u64)>, CliError> {
+    fn with(
+        &self,
+        dir: Option<std::path::PathBuf>,
+    ) -> Result<Option<(std::path::PathBuf, std::time::Duration, u64)>, CliError> {
         if self.rotate_mib == 0 {
             return Err(CliError::input("--rotate-mib must be at least 1"));
         }
@@ -178,9 +181,10 @@ fn main() -> ExitCode {
             };
             parts::run(&c.common, &parts::Outputs { terminal: Some(t), ..Default::default() })
         }
-        Command::Record(c) => c.files.with(Some(c.output)).and_then(|record| {
-            parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: c.listen })
-        }),
+        Command::Record(c) => c
+            .files
+            .with(Some(c.output))
+            .and_then(|record| parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: c.listen })),
         Command::Serve(c) => c.files.with(c.output).and_then(|record| {
             parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: Some(c.listen) })
         }),

@@ -217,7 +217,10 @@ impl Common {
     fn cgroup_v2(&self, what: &str) -> Result<Hierarchy, CliError> {
         let h = Hierarchy::find(Path::new("/proc")).map_err(CliError::unavailable)?;
         if !h.v2 {
-            return Err(CliError::unavailable(format!("{what} needs cgroup v2 to follow containers; found {}", h.description)));
+            return Err(CliError::unavailable(format!(
+                "{what} needs cgroup v2 to follow containers; found {}",
+                h.description
+            )));
         }
         Ok(h)
     }
@@ -268,7 +271,9 @@ fn build(args: &Common) -> Result<Built, CliError> {
         "resctrl" => resctrl(args, false),
         "msr" => msr(args, &host),
         "none" => unsupported(args, &host, &d),
-        _ => Err(CliError::unavailable(format!("backend {name} is available here but not built into this version yet"))),
+        _ => {
+            Err(CliError::unavailable(format!("backend {name} is available here but not built into this version yet")))
+        }
     }
 }
 
@@ -473,7 +478,9 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let (scenario, model, platform) = args.emulation(
             "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
         )?;
-        let mut play = Play::new(&h, &scenario, interval * 2).map_err(CliError::unavailable)?;
+        // A lead well beyond one interval, so a late wake-up cannot let a container start first.
+        let lead = (interval * 2).max(Duration::from_millis(100));
+        let mut play = Play::new(&h, &scenario, lead).map_err(CliError::unavailable)?;
         let prefix = format!("{}/", play.rel_prefix());
         let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
         // The platform's clock starts once the first containers are attached.
@@ -560,8 +567,10 @@ fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
             metadata.push(("cachescope.l3_bytes".into(), l3.to_string()));
         }
         if let Some(e) = &i.emulated {
-            metadata
-                .push(("cachescope.emulated".into(), format!("llc_occupancy_bytes and mbm_* are emulated, driven by {e}")));
+            metadata.push((
+                "cachescope.emulated".into(),
+                format!("llc_occupancy_bytes and mbm_* are emulated, driven by {e}"),
+            ));
         }
         metadata.extend(i.metadata.iter().cloned());
         let o = RecordOptions {
@@ -588,7 +597,8 @@ const BATCH: Duration = Duration::from_millis(50);
 pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| CliError::unavailable(format!("signal handler: {e}")))?;
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| CliError::unavailable(format!("signal handler: {e}")))?;
     }
     let b = build(args)?;
     let sinks = sinks(outs, &b)?;

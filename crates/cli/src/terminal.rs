@@ -7,7 +7,6 @@ use crate::view::{self, Accumulator};
 use cachescope_engine::{Flow, Lateness, Row, RunStatus, Sink};
 use std::io::Write;
 
-
 /// The header: run state (backend and interval; lateness and missed wake-ups; RMIDs), then
 /// the backend's and the PMU source's lines.
 fn header_lines(st: &RunStatus) -> Vec<String> {
@@ -148,4 +147,3 @@ pub fn hostname() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
 }
-

@@ -81,7 +81,7 @@ fn hardware_backend_unavailable_is_exit_3() {
         return;
     }
     one_line_error(&["monitor", "--backend", "msr", "--cores", "0"], 3, "backend msr is unavailable");
-    one_line_error(&["monitor", "--duration", "1s"], 3, "no hardware cache monitoring");
+    one_line_error(&["monitor", "--backend", "perf-cqm", "--duration", "1s"], 3, "backend perf-cqm is unavailable");
 }
 
 #[test]

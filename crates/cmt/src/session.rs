@@ -206,8 +206,11 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
         for a in self.attached.values() {
             for &d in &a.domains {
-                let occ =
-                    if has_occ { Some(self.reader.read(d, a.rmid, Event::L3Occupancy).map_err(read_err)?) } else { None };
+                let occ = if has_occ {
+                    Some(self.reader.read(d, a.rmid, Event::L3Occupancy).map_err(read_err)?)
+                } else {
+                    None
+                };
                 let (status, occupancy_bytes) = match occ {
                     Some(Reading::Count(c)) => (Status::Ok, Some(c.saturating_mul(self.info.upscale))),
                     Some(Reading::Unavailable) => (Status::Unavailable, None),

@@ -279,7 +279,10 @@ fn core_groups_through_the_backend_restore_on_shutdown() {
     p.write(0, IA32_PQR_ASSOC, 2 << 32).unwrap();
     let mut b = backend(&p, Duration::ZERO, false);
     // Without a tagger, threads cannot be followed: only core groups are monitored.
-    assert_eq!(b.attach(&container("left"), &NoSource, Duration::ZERO).unwrap(), Attach::Waiting(WaitReason::CannotTag));
+    assert_eq!(
+        b.attach(&container("left"), &NoSource, Duration::ZERO).unwrap(),
+        Attach::Waiting(WaitReason::CannotTag)
+    );
     let group = Container { cpus: Some(vec![0, 1]), ..container("cores 0-1") };
     let rmid = attach(&mut b, group).unwrap();
     assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), (2 << 32) | u64::from(rmid));

@@ -250,7 +250,10 @@ pub fn bpf(paths: &HostPaths, probe: &dyn SyscallProbe) -> BackendStatus {
         return BackendStatus::yes(
             N,
             Role::Pmu,
-            format!("BPF map created; kernel BTF at {}; hardware counters do not open ({e}): CPU time only", btf.display()),
+            format!(
+                "BPF map created; kernel BTF at {}; hardware counters do not open ({e}): CPU time only",
+                btf.display()
+            ),
         );
     }
     BackendStatus::yes(N, Role::Pmu, format!("BPF map created; kernel BTF at {}", btf.display()))

@@ -123,8 +123,11 @@ impl World for DrivenWorld {
         for id in self.followed.keys() {
             for (i, &d) in self.domains.iter().enumerate() {
                 let t = measured(id, d);
-                let bytes =
-                    if self.misses { t.values[3] as f64 * LINE_BYTES } else { t.cpu_ns as f64 / 1e9 * BYTES_PER_CPU_SECOND };
+                let bytes = if self.misses {
+                    t.values[3] as f64 * LINE_BYTES
+                } else {
+                    t.cpu_ns as f64 / 1e9 * BYTES_PER_CPU_SECOND
+                };
                 self.emu.set_rate(id, i as u32, bytes / secs);
             }
         }

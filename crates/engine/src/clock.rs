@@ -54,7 +54,7 @@ impl Clock {
     }
 
     /// Wait for the next wake-up; None to stop. The last wake-up is cut to the duration.
-    pub fn next(&mut self) -> Option<Wake> {
+    pub fn wait(&mut self) -> Option<Wake> {
         if self.done || self.stop.load(Ordering::Relaxed) {
             return None;
         }

@@ -113,7 +113,9 @@ impl State {
                         pmu.follow(&c);
                         self.join.follow(c.id());
                     }
-                    self.slots.start(c, self.p.backend.as_mut(), self.p.containers.as_ref(), at).map_err(part("attach"))?;
+                    self.slots
+                        .start(c, self.p.backend.as_mut(), self.p.containers.as_ref(), at)
+                        .map_err(part("attach"))?;
                 }
                 // Stopped containers are read one last time (their final interval), then detached.
                 Change::Stopped(id) => stopped.push(id),
@@ -382,7 +384,7 @@ fn run_loop(
     let (mut last_drain, mut last_upkeep, mut last_status) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let mut times = Vec::new();
     let mut rows = Vec::new();
-    while let Some(Wake { t, late, missed, last }) = clock.next() {
+    while let Some(Wake { t, late, missed, last }) = clock.wait() {
         summary.wakes += 1;
         summary.lateness.record(late);
         summary.missed += missed;

@@ -40,13 +40,7 @@ fn moved(counters: &[Option<u64>; crate::row::COUNTERS]) -> bool {
 impl Sparse {
     /// `upscale`: bytes per occupancy unit (the smallest change the hardware can show).
     pub fn new(upscale: u64, keyframe_ns: i64) -> Sparse {
-        Sparse {
-            upscale: upscale.max(1),
-            keyframe_ns: keyframe_ns.max(1),
-            last: HashMap::new(),
-            kept: 0,
-            skipped: 0,
-        }
+        Sparse { upscale: upscale.max(1), keyframe_ns: keyframe_ns.max(1), last: HashMap::new(), kept: 0, skipped: 0 }
     }
 
     /// Filter rows (of one or more intervals, in time order), keeping those worth writing.

@@ -149,4 +149,3 @@ fn mountinfo_finds_resctrl() {
     let d = tree(&[("self/mountinfo", "22 1 0:20 / /sys rw - sysfs sysfs rw\n")]);
     assert!(matches!(Resctrl::find(d.path()), Err(ResctrlError::NotMounted(_))));
 }
-

@@ -6,12 +6,12 @@
 
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{fuse_available, proc_resolver, Fault, Mounted, Options, TaskLookup, TaskResolver};
-use cachescope_hw::msr::Event;
 use cachescope_engine::backend::{BackendInfo, CacheBackend, Sampling};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
 use cachescope_engine::slots::Slots;
 use cachescope_engine::{ContainerMeta, Row, Status, WaitReason};
+use cachescope_hw::msr::Event;
 use cachescope_resctrl::{ContainerGroups, Domain, GroupRef, Resctrl, Value};
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -182,7 +182,8 @@ impl Metrics {
         );
         let _ = writeln!(o, "{e}{{kind=\"error\"}} {}", self.read_errors);
         let m = "cachescope_missed_ticks_total";
-        let _ = writeln!(o, "# HELP {m} Sampling wake-ups missed because the previous one overran.\n# TYPE {m} counter");
+        let _ =
+            writeln!(o, "# HELP {m} Sampling wake-ups missed because the previous one overran.\n# TYPE {m} counter");
         let _ = writeln!(o, "{m} {}", self.missed_ticks);
         let l = "cachescope_l3_size_bytes";
         let _ = writeln!(o, "# HELP {l} Size of the L3 cache of each domain.\n# TYPE {l} gauge");

@@ -163,7 +163,12 @@ fn opts(interval_ms: u64, duration_ms: u64) -> Options {
     }
 }
 
-fn parts(backend: Box<dyn CacheBackend>, script: Script, pmu: Option<Box<dyn PmuSource>>, sinks: usize) -> (Parts, Vec<Arc<Mutex<Kept>>>) {
+fn parts(
+    backend: Box<dyn CacheBackend>,
+    script: Script,
+    pmu: Option<Box<dyn PmuSource>>,
+    sinks: usize,
+) -> (Parts, Vec<Arc<Mutex<Kept>>>) {
     let kept: Vec<Arc<Mutex<Kept>>> = (0..sinks).map(|_| Arc::default()).collect();
     let sinks = kept.iter().map(|k| Box::new(VecSink(k.clone())) as Box<dyn Sink>).collect();
     (Parts { backend, containers: Box::new(script), pmu, world: None, sinks }, kept)
