@@ -10,7 +10,7 @@ use cachescope_cgroups::source::HostContainers;
 use cachescope_cgroups::Hierarchy;
 use cachescope_cmt::{check_interval, parse_core_groups, Caps, CoreGroups, MsrBackend, TaskTagger};
 use cachescope_detect::{detect, HostPaths, LiveProbe, Role};
-use cachescope_emu::{DrivenWorld, EmuPlatform, PlatformSpec, Scenario, ScenarioContainers, ScenarioWorld};
+use cachescope_emu::{DrivenWorld, EmuPlatform, Scenario, ScenarioContainers, ScenarioWorld};
 use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
@@ -145,22 +145,6 @@ fn info(label: String, cpuid: String, emulated: Option<String>, l3_bytes: Option
         upkeep_every: Duration::from_millis(100),
         metadata: Vec::new(),
     }
-}
-
-/// One line: vendor, family/model/stepping, and what L3 monitoring offers.
-pub fn cpuid_summary(cpu: &CpuInfo) -> String {
-    let mut s = format!(
-        "{} family {} model {} stepping {}",
-        cpu.vendor, cpu.signature.family, cpu.signature.model, cpu.signature.stepping
-    );
-    match &cpu.monitoring.l3 {
-        Some(l3) => s.push_str(&format!(
-            "; L3 monitoring: max_rmid {} upscale {} counter_width {} occupancy {} mbm_total {} mbm_local {}",
-            l3.max_rmid, l3.upscale_factor, l3.counter_width_linux, l3.occupancy, l3.mbm_total, l3.mbm_local
-        )),
-        None => s.push_str("; no L3 monitoring"),
-    }
-    s
 }
 
 fn host_cpu() -> Option<CpuInfo> {
@@ -298,7 +282,7 @@ fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::Detection) 
     let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
     let containers = HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?;
     Ok(Built {
-        backend: Box::new(Unsupported::new(domains, l3, cpuid_summary(host), &why)),
+        backend: Box::new(Unsupported::new(domains, l3, host.summary(), &why)),
         containers: Box::new(containers),
         pmu,
         world: None,
@@ -333,7 +317,7 @@ fn emulate(args: &Common) -> Result<Built, CliError> {
     let path = args.scenario.as_deref().map_or(String::new(), |p| p.display().to_string());
     let mut i = info(
         format!("emulated ({model})"),
-        cpuid_summary(emu.cpu_info()),
+        emu.cpu_info().summary(),
         Some(format!("the scenario {path}")),
         Some(emu.l3_bytes()),
     );
@@ -373,23 +357,10 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
         ));
     }
     let topo = topology()?;
-    if topo.l3_domains.is_empty() {
-        return Err(CliError::unavailable("sysfs shows no L3 cache on this host: nothing to emulate it after"));
-    }
-    let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max().ok_or_else(|| {
-        CliError::unavailable("sysfs does not give the L3 size (cache/index3/size): nothing to emulate it after")
-    })?;
-    let platform = PlatformSpec {
-        model: model.to_string(),
-        l3_mib: l3_bytes as f64 / (1024.0 * 1024.0),
-        domains: topo.l3_domains.len() as u32,
-        cpus_per_domain: topo.l3_domains.iter().map(|d| d.cpus.len() as u32).max().unwrap_or(1).max(1),
-        counter_width: None,
-        seed: 0,
-        jitter: 0.0,
-    };
-    let scenario = Scenario::platform_only(platform).map_err(CliError::unavailable)?;
-    let emu = Arc::new(EmuPlatform::with_model(&scenario, model).map_err(CliError::input)?);
+    let emu = Arc::new(EmuPlatform::like_host(model, &topo).map_err(|e| match e {
+        cachescope_emu::EmuError::Host(_) => CliError::unavailable(e),
+        _ => CliError::input(e),
+    })?);
     let h = args.cgroup_v2("--emulate without --scenario")?;
     // PMU counts are charged to emulated domains (their index), as the rows are.
     let index = |cpu: u32| topo.l3_domains.iter().position(|d| d.cpus.contains(&cpu)).unwrap_or(0) as u32;
@@ -407,7 +378,7 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
     args.check_mbm_interval(&caps)?;
     let i = info(
         format!("emulated ({model}) driven by host containers"),
-        cpuid_summary(emu.cpu_info()),
+        emu.cpu_info().summary(),
         Some(driver),
         Some(emu.l3_bytes()),
     );
@@ -439,7 +410,7 @@ fn msr(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     let topo = topology()?;
     let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
     let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
-    let mut i = info("msr".into(), cpuid_summary(host), None, l3_bytes);
+    let mut i = info("msr".into(), host.summary(), None, l3_bytes);
     i.sampling = Sampling::Tick;
     i.upkeep_every = Duration::from_secs(1);
     let cfg = rmid_config(&caps, l3_bytes.unwrap_or(0));
@@ -490,7 +461,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let root = m.root().to_path_buf();
         let label = format!("resctrl (emulated {model}, FUSE at {})", root.display());
         let emulated = Some(format!("the scenario {}", args.scenario.as_deref().unwrap_or(Path::new("")).display()));
-        let i = info(label, cpuid_summary(platform.cpu_info()), emulated, Some(platform.l3_bytes()));
+        let i = info(label, platform.cpu_info().summary(), emulated, Some(platform.l3_bytes()));
         let groups = ContainerGroups::new(Resctrl::at(root), resctrl_info(i, platform.l3().upscale_factor))
             .map_err(CliError::unavailable)?;
         play.hold(m);
@@ -514,7 +485,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     let cpu = host_cpu();
     let upscale = cpu.as_ref().and_then(|c| c.monitoring.l3.as_ref()).map_or(1, |l3| l3.upscale_factor);
     let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
-    let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), cpuid_summary);
+    let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), CpuInfo::summary);
     let i = info("resctrl".into(), cpuid, None, l3_bytes);
     let groups = ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?;
     let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));

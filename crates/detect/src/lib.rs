@@ -4,6 +4,7 @@
 //! [`SyscallProbe`], so the reasoning is tested against fake trees and fake kernels while the
 //! real probes run on the real host.
 
+pub mod report;
 mod syscalls;
 
 use cachescope_hw::CpuInfo;

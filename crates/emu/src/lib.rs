@@ -41,6 +41,9 @@ pub enum EmuError {
     Vector(#[from] cachescope_platform::VectorError),
     #[error("model {model} cannot be emulated: {why}")]
     NoMonitoring { model: String, why: String },
+    /// This host cannot be emulated after (its L3 is unknown).
+    #[error("{0}")]
+    Host(String),
 }
 
 /// Names of the embedded CPUID vectors.
@@ -135,6 +138,28 @@ impl EmuPlatform {
             }),
             stats: MsrStats::default(),
         })
+    }
+
+    /// The platform of `model` shaped like this host's L3 (its domains, their CPUs and size),
+    /// with no scenario containers: for a world driven by the host's containers.
+    pub fn like_host(model: &str, topo: &cachescope_platform::Topology) -> Result<EmuPlatform, EmuError> {
+        if topo.l3_domains.is_empty() {
+            return Err(EmuError::Host("sysfs shows no L3 cache on this host: nothing to emulate it after".into()));
+        }
+        let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max().ok_or_else(|| {
+            EmuError::Host("sysfs does not give the L3 size (cache/index3/size): nothing to emulate it after".into())
+        })?;
+        let platform = PlatformSpec {
+            model: model.to_string(),
+            l3_mib: l3_bytes as f64 / (1024.0 * 1024.0),
+            domains: topo.l3_domains.len() as u32,
+            cpus_per_domain: topo.l3_domains.iter().map(|d| d.cpus.len() as u32).max().unwrap_or(1).max(1),
+            counter_width: None,
+            seed: 0,
+            jitter: 0.0,
+        };
+        let scenario = Scenario::platform_only(platform).map_err(|e| EmuError::Host(e.to_string()))?;
+        EmuPlatform::with_model(&scenario, model)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

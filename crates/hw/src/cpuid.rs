@@ -509,6 +509,22 @@ pub struct CpuInfo {
 }
 
 impl CpuInfo {
+    /// One line: vendor, family/model/stepping, and what L3 monitoring offers.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} family {} model {} stepping {}",
+            self.vendor, self.signature.family, self.signature.model, self.signature.stepping
+        );
+        match &self.monitoring.l3 {
+            Some(l3) => s.push_str(&format!(
+                "; L3 monitoring: max_rmid {} upscale {} counter_width {} occupancy {} mbm_total {} mbm_local {}",
+                l3.max_rmid, l3.upscale_factor, l3.counter_width_linux, l3.occupancy, l3.mbm_total, l3.mbm_local
+            )),
+            None => s.push_str("; no L3 monitoring"),
+        }
+        s
+    }
+
     /// Decode a snapshot. Pure and total: any register values decode without panicking.
     pub fn decode(s: &CpuidSnapshot) -> CpuInfo {
         let leaf0 = s.get(LEAF_VENDOR, 0);
