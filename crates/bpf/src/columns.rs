@@ -1,4 +1,4 @@
-//! The PMU columns of §5.3 per container and L3 domain, as the engine's PMU source. Two
+//! The PMU columns of docs/data.md per container and L3 domain, as the engine's PMU source. Two
 //! sources: the eBPF attribution (1 ms slots sampled in the kernel, drained in batches; the
 //! default), or perf cgroup events (one counter group per container × CPU, read when
 //! drained; the fallback where BPF cannot load, fine at ≥ 100 ms for tens of containers).

@@ -1,4 +1,4 @@
-//! Durations as the CLI accepts them: `500us`, `1ms`, `2s`, `1m` (DESIGN.md §5.1).
+//! Durations as the CLI accepts them: `500us`, `1ms`, `2s`, `1m` (docs/cli.md).
 
 use std::time::Duration;
 

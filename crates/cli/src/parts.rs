@@ -14,8 +14,8 @@ use cachescope_emu::{DrivenWorld, EmuPlatform, Scenario, ScenarioContainers, Sce
 use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
+use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_engine::pmu::PmuSource;
-use cachescope_engine::run::realtime_ns;
 use cachescope_engine::{CacheBackend, ContainerSource, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::CpuInfo;
@@ -255,9 +255,7 @@ fn build(args: &Common) -> Result<Built, CliError> {
         "resctrl" => resctrl(args, false),
         "msr" => msr(args, &host),
         "none" => unsupported(args, &host, &d),
-        _ => {
-            Err(CliError::unavailable(format!("backend {name} is available here but not built into this version yet")))
-        }
+        _ => perf_cqm(args, &host),
     }
 }
 
@@ -287,6 +285,26 @@ fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::Detection) 
         pmu,
         world: None,
         interval: args.msr_interval(),
+        virtual_time: false,
+        pmu_description: desc,
+    })
+}
+
+/// perf-cqm: cgroup events on the `intel_cqm` PMU (Linux 4.1–4.13) for the host's containers.
+fn perf_cqm(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
+    let pmu = cachescope_perf::cqm::discover(Path::new("/sys")).map_err(CliError::unavailable)?;
+    let h = args.cgroup_v2("the perf-cqm backend")?;
+    let topo = topology()?;
+    let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
+    let l3 = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
+    let i = info("perf-cqm (intel_cqm PMU)".into(), host.summary(), None, l3);
+    let (pmu_src, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    Ok(Built {
+        backend: Box::new(CqmBackend::new(pmu, PerfOpener, &domains, i)),
+        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        pmu: pmu_src,
+        world: None,
+        interval: args.interval.unwrap_or(Duration::from_millis(100)),
         virtual_time: false,
         pmu_description: desc,
     })
@@ -525,33 +543,12 @@ fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
     }
     if let Some((dir, rotate_every, rotate_bytes)) = &outs.record {
         let i = b.backend.info();
-        let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
-        let mut metadata = vec![
-            ("cachescope.backend".to_string(), i.label.clone()),
-            ("cachescope.cpuid".into(), i.cpuid.clone()),
-            ("cachescope.monotonic_offset_ns".into(), (realtime_ns() - mono).to_string()),
-            ("cachescope.upscale_bytes".into(), i.upscale.to_string()),
-            ("cachescope.pmu".into(), b.pmu_description.clone()),
+        let extra = [
+            ("cachescope.pmu".to_string(), b.pmu_description.clone()),
             ("cachescope.containers".into(), b.containers.describe()),
         ];
-        if let Some(l3) = i.l3_bytes {
-            metadata.push(("cachescope.l3_bytes".into(), l3.to_string()));
-        }
-        if let Some(e) = &i.emulated {
-            metadata.push((
-                "cachescope.emulated".into(),
-                format!("llc_occupancy_bytes and mbm_* are emulated, driven by {e}"),
-            ));
-        }
-        metadata.extend(i.metadata.iter().cloned());
-        let o = RecordOptions {
-            dir: dir.clone(),
-            host,
-            rotate_every: *rotate_every,
-            rotate_bytes: *rotate_bytes,
-            upscale: i.upscale,
-            metadata,
-        };
+        let o = RecordOptions::for_run(dir.clone(), host, i, &extra);
+        let o = RecordOptions { rotate_every: *rotate_every, rotate_bytes: *rotate_bytes, ..o };
         let rec = RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
         v.push(Box::new(rec));
     }

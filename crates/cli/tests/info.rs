@@ -32,7 +32,7 @@ fn vectors() -> Vec<PathBuf> {
     v
 }
 
-/// The keys and types of DESIGN.md §5.2, checked exactly (extra keys are allowed).
+/// The keys and types of docs/cli.md, checked exactly (extra keys are allowed).
 fn check_contract_shape(j: &Value) {
     assert!(j["vendor"].is_string());
     for k in ["family", "model", "stepping", "max_basic_leaf"] {

@@ -21,7 +21,7 @@ pub struct InfoReport {
     pub allocation: AllocationJson,
     pub topology: TopologyJson,
     pub backends: Vec<BackendStatus>,
-    // Additions beyond §5.2 (consumers ignore unknown keys):
+    // Additions beyond docs/cli.md (consumers ignore unknown keys):
     pub max_extended_leaf: Option<u32>,
     pub pmu: PmuJson,
     pub amd_qos: Option<AmdQos>,

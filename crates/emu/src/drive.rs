@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Scenario containers, known by their name (DESIGN.md §5.5), started and stopped on the
+/// Scenario containers, known by their name (docs/scenario.md), started and stopped on the
 /// scenario's schedule in the run's time.
 pub struct ScenarioContainers {
     schedule: Vec<(String, Duration, Option<Duration>)>,

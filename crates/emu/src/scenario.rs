@@ -1,4 +1,4 @@
-//! Emulation scenarios (DESIGN.md §5.5): a platform and the containers that run on it.
+//! Emulation scenarios (docs/scenario.md): a platform and the containers that run on it.
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

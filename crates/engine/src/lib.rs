@@ -9,7 +9,7 @@
 //!
 //! The engine owns what must be done once for all of them: deltas from raw cumulative
 //! samples ([`derive`]), the RMID policy and the `no_rmid` rows ([`slots`]), the sampling
-//! clock ([`clock`], [`sched`]), the row every sink consumes ([`row`], DESIGN.md §5.3) and the
+//! clock ([`clock`], [`sched`]), the row every sink consumes ([`row`], docs/data.md) and the
 //! sparse-row filter ([`sparse`]).
 
 pub mod backend;

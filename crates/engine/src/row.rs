@@ -1,4 +1,4 @@
-//! The sample row of DESIGN.md §5.3: one (interval, container, L3 domain). Every backend
+//! The sample row of docs/data.md: one (interval, container, L3 domain). Every backend
 //! produces these and every sink consumes them.
 
 use std::sync::Arc;
@@ -94,7 +94,7 @@ pub fn mpki(misses: Option<u64>, instructions: Option<u64>) -> Option<f64> {
     }
 }
 
-/// One row of §5.3.
+/// One row of docs/data.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     /// End of the interval, CLOCK_REALTIME ns.
@@ -118,7 +118,7 @@ pub struct Row {
 pub const COUNTERS: usize = 7;
 
 impl Row {
-    /// The per-interval counters in §5.3 column order: MBM total, MBM local, cycles,
+    /// The per-interval counters in docs/data.md column order: MBM total, MBM local, cycles,
     /// instructions, LLC references, LLC misses, CPU ns.
     pub fn counters(&self) -> [Option<u64>; COUNTERS] {
         let [c, i, r, m] = self.pmu.values();

@@ -1,4 +1,4 @@
-//! Sparse rows (DESIGN.md §5.3): at 1 ms a row for every container and domain in every
+//! Sparse rows (docs/data.md): at 1 ms a row for every container and domain in every
 //! interval is mostly repetition. A (container, domain) row is kept when something changed —
 //! occupancy by at least one upscale unit since the last row *kept*, any counter moved, the
 //! status or RMID changed, a value appeared or vanished — plus a keyframe row for every

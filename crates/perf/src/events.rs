@@ -27,7 +27,7 @@ pub enum Named {
 impl Named {
     pub const ALL: [Named; 4] = [Named::Cycles, Named::Instructions, Named::LlcReferences, Named::LlcMisses];
 
-    /// The column name of DESIGN.md §5.3.
+    /// The column name of docs/data.md.
     pub fn column(self) -> &'static str {
         match self {
             Named::Cycles => "cycles",

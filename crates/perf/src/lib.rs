@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod counter;
 pub mod cqm;
+pub mod cqm_backend;
 pub mod events;
 pub mod format;
 

@@ -38,7 +38,7 @@ impl Value {
         }
     }
 
-    /// The row status of DESIGN.md §5.3.
+    /// The row status of docs/data.md.
     pub fn status(self) -> Status {
         match self {
             Value::Bytes(_) => Status::Ok,

@@ -1,4 +1,4 @@
-//! JSON lines for scripts: one object per row with the §5.3 column names; absent values are
+//! JSON lines for scripts: one object per row with the docs/data.md column names; absent values are
 //! `null`, never 0.
 
 use cachescope_engine::row::Row;

@@ -1,5 +1,5 @@
-//! Where rows go: Parquet files ([`parquet`], DESIGN.md §5.3), Prometheus text ([`prom`],
-//! §5.4), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
+//! Where rows go: Parquet files ([`parquet`], docs/data.md), Prometheus text ([`prom`],
+//! docs/metrics.md), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
 //! ([`report`]); and the engine sinks that record and serve ([`run_sinks`]).
 
 pub mod jsonl;

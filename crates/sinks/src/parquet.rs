@@ -1,4 +1,4 @@
-//! Parquet files per DESIGN.md §5.3.
+//! Parquet files per docs/data.md.
 //!
 //! Life of a file: it is written as `NAME.parquet.partial`; every flush (at most
 //! `flush_every`, 5 s by default) closes a row group, and then a checkpoint footer for the row
@@ -34,7 +34,7 @@ pub const SCHEMA_VERSION: &str = "1";
 const PARTIAL: &str = ".parquet.partial";
 const FOOTER: &str = ".parquet.partial.footer";
 
-/// The §5.3 schema, column for column.
+/// The docs/data.md schema, column for column.
 pub fn schema() -> SchemaRef {
     let i64n = |n: &str| Field::new(n, DataType::Int64, true);
     let strn = |n: &str| Field::new(n, DataType::Utf8, true);

@@ -1,4 +1,4 @@
-//! Prometheus text exposition (format 0.0.4) of DESIGN.md §5.4. The state is the latest
+//! Prometheus text exposition (format 0.0.4) of docs/metrics.md. The state is the latest
 //! occupancy and the running counter totals per (container, domain); a stopped container's
 //! series are dropped (Prometheus marks them stale), so the page shows what runs now.
 //! Absent values are absent series, never 0.

@@ -1,5 +1,5 @@
 //! `cachescope report`: per-container summaries of recorded Parquet files. Rows are sparse
-//! (§5.3), so every value holds until the next row of its (container, domain): occupancy
+//! (docs/data.md), so every value holds until the next row of its (container, domain): occupancy
 //! percentiles and the share of time without an RMID are weighted by how long each value held.
 
 use crate::SinkError;

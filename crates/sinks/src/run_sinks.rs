@@ -3,6 +3,8 @@
 
 use crate::parquet::{Options as ParquetOptions, Recorder};
 use crate::prom::Metrics;
+use cachescope_engine::backend::BackendInfo;
+use cachescope_engine::run::realtime_ns;
 use cachescope_engine::{Flow, Row, RunStatus, Sink, Sparse};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +29,37 @@ pub struct RecordOptions {
     pub upscale: u64,
     /// `cachescope.*` key-value pairs.
     pub metadata: Vec<(String, String)>,
+}
+
+impl RecordOptions {
+    /// The file metadata of a run on `backend` (docs/data.md), with `extra` keys; default
+    /// rotation (10 minutes, 256 MiB).
+    pub fn for_run(dir: PathBuf, host: String, b: &BackendInfo, extra: &[(String, String)]) -> RecordOptions {
+        let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
+        let mut metadata = vec![
+            ("cachescope.backend".to_string(), b.label.clone()),
+            ("cachescope.cpuid".into(), b.cpuid.clone()),
+            ("cachescope.monotonic_offset_ns".into(), (realtime_ns() - mono).to_string()),
+            ("cachescope.upscale_bytes".into(), b.upscale.to_string()),
+        ];
+        if let Some(l3) = b.l3_bytes {
+            metadata.push(("cachescope.l3_bytes".into(), l3.to_string()));
+        }
+        if let Some(e) = &b.emulated {
+            let what = format!("llc_occupancy_bytes and mbm_* are emulated, driven by {e}");
+            metadata.push(("cachescope.emulated".into(), what));
+        }
+        metadata.extend(extra.iter().cloned());
+        metadata.extend(b.metadata.iter().cloned());
+        RecordOptions {
+            dir,
+            host,
+            rotate_every: Duration::from_secs(600),
+            rotate_bytes: 256 << 20,
+            upscale: b.upscale,
+            metadata,
+        }
+    }
 }
 
 pub struct RecordSink {
