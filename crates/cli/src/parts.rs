@@ -14,11 +14,11 @@ use cachescope_emu::{DrivenWorld, EmuPlatform, Scenario, ScenarioContainers, Sce
 use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
-use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_engine::pmu::PmuSource;
 use cachescope_engine::{CacheBackend, ContainerSource, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::CpuInfo;
+use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
 use cachescope_resctrl::{ContainerGroups, Resctrl};
 use cachescope_rmid::Config;

@@ -430,6 +430,16 @@ fn host_containers_measured_with_perf_cgroup_events() {
     host_drive_case("perf", "perf cgroup events");
 }
 
+/// Two containers in the sandbox: `busy` (a shell loop) and `idle` (a sleep).
+fn busy_and_idle(sb: &mut cachescope_cgroups::sandbox::Sandbox) {
+    let mut busy = Command::new("sh");
+    busy.args(["-c", "while :; do :; done"]);
+    sb.spawn("busy", busy).unwrap();
+    let mut idle = Command::new("sleep");
+    idle.arg("30");
+    sb.spawn("idle", idle).unwrap();
+}
+
 fn host_drive_case(pmu: &str, source: &str) {
     use cachescope_cgroups::sandbox::Sandbox;
     let mut sb = match Sandbox::for_host(&format!("cachescope-hostdrive-{pmu}")) {
@@ -439,18 +449,7 @@ fn host_drive_case(pmu: &str, source: &str) {
     let base = sb.rel();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("rec");
-    sb.spawn("busy", {
-        let mut c = Command::new("sh");
-        c.args(["-c", "while :; do :; done"]);
-        c
-    })
-    .unwrap();
-    sb.spawn("idle", {
-        let mut c = Command::new("sleep");
-        c.arg("30");
-        c
-    })
-    .unwrap();
+    busy_and_idle(&mut sb);
     let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap();
     let before = usage();
     let out = bin()
@@ -509,18 +508,7 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
         Err(why) => return println!("skip: {why}"),
     };
     let base = sb.rel();
-    sb.spawn("busy", {
-        let mut c = Command::new("sh");
-        c.args(["-c", "while :; do :; done"]);
-        c
-    })
-    .unwrap();
-    sb.spawn("idle", {
-        let mut c = Command::new("sleep");
-        c.arg("30");
-        c
-    })
-    .unwrap();
+    busy_and_idle(&mut sb);
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("rec");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -62,6 +62,22 @@ pub struct RawSample {
     pub mbm_local: Option<Cumulative>,
 }
 
+impl RawSample {
+    /// A sample of `container` in `domain` at `at` with no values yet, status `ok`.
+    pub fn new(container: Arc<ContainerMeta>, domain: u32, at: Duration) -> RawSample {
+        RawSample {
+            container,
+            domain,
+            at,
+            rmid: None,
+            status: Status::Ok,
+            occupancy_bytes: None,
+            mbm_total: None,
+            mbm_local: None,
+        }
+    }
+}
+
 /// The outcome of attaching a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attach {
@@ -148,16 +164,7 @@ impl CacheBackend for Unsupported {
     fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
         for meta in self.attached.values() {
             for &domain in &self.info.domains {
-                out.push(RawSample {
-                    container: meta.clone(),
-                    domain,
-                    at: now,
-                    rmid: None,
-                    status: Status::Unsupported,
-                    occupancy_bytes: None,
-                    mbm_total: None,
-                    mbm_local: None,
-                });
+                out.push(RawSample { status: Status::Unsupported, ..RawSample::new(meta.clone(), domain, now) });
             }
         }
         Ok(())

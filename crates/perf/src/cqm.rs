@@ -83,22 +83,10 @@ pub fn discover(sysfs: &Path) -> Result<CqmPmu, CqmError> {
     Ok(CqmPmu { type_, events })
 }
 
+/// A fake `intel_cqm` sysfs tree, as Linux 4.7 wrote it on a Broadwell-EP, for tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        for (p, t) in files {
-            let p = d.path().join("devices/intel_cqm").join(p);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, t).unwrap();
-        }
-        d
-    }
-
-    /// As Linux 4.7 wrote it on a Broadwell-EP.
-    const GOOD: &[(&str, &str)] = &[
+pub(crate) mod fixtures {
+    pub const GOOD: &[(&str, &str)] = &[
         ("type", "9\n"),
         ("events/llc_occupancy", "event=0x01\n"),
         ("events/llc_occupancy.scale", "65536\n"),
@@ -110,6 +98,24 @@ mod tests {
         ("events/local_bytes.scale", "6.103515625e-5\n"),
         ("events/local_bytes.unit", "MB\n"),
     ];
+
+    /// A sysfs root holding `devices/intel_cqm` with `files`.
+    pub fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().expect("tempdir");
+        for (p, t) in files {
+            let p = d.path().join("devices/intel_cqm").join(p);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, t).expect("write");
+        }
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::fixtures::{tree, GOOD};
 
     #[test]
     fn discovers_events_with_scales() {

@@ -140,16 +140,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
     fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
         for a in self.attached.values_mut() {
             for &(domain, _) in &self.readers {
-                let mut s = RawSample {
-                    container: a.meta.clone(),
-                    domain,
-                    at: now,
-                    rmid: None,
-                    status: Status::Ok,
-                    occupancy_bytes: None,
-                    mbm_total: None,
-                    mbm_local: None,
-                };
+                let mut s = RawSample::new(a.meta.clone(), domain, now);
                 for (_, name, k) in a.counters.iter_mut().filter(|(d, ..)| *d == domain) {
                     let Ok(v) = k.read() else {
                         s.status = Status::Error;

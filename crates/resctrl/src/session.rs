@@ -230,25 +230,15 @@ impl CacheBackend for ContainerGroups {
                 None => Err(ReadError::Gone),
             };
             self.stats.reads += self.scratch.len() as u64;
-            let base = RawSample {
-                container: m.meta.clone(),
-                domain: 0,
-                at: now,
-                rmid: None,
-                status: Status::Ok,
-                occupancy_bytes: None,
-                mbm_total: None,
-                mbm_local: None,
-            };
             if read.is_err() {
                 vanished.push(id.clone());
-                for d in &self.info.domains {
-                    out.push(RawSample { domain: *d, status: Status::Error, ..base.clone() });
+                for &d in &self.info.domains {
+                    out.push(RawSample { status: Status::Error, ..RawSample::new(m.meta.clone(), d, now) });
                 }
                 continue;
             }
             for &d in &self.info.domains {
-                let mut s = RawSample { domain: d, ..base.clone() };
+                let mut s = RawSample::new(m.meta.clone(), d, now);
                 for r in self.scratch.iter().filter(|r| r.domain == d) {
                     let st = r.value.status();
                     if rank(st) > rank(s.status) {

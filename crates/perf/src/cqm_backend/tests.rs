@@ -8,39 +8,25 @@ use cachescope_engine::derive::Derive;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-const TREE: &[(&str, &str)] = &[
-    ("type", "9\n"),
-    ("events/llc_occupancy", "event=0x01\n"),
-    ("events/llc_occupancy.scale", "65536\n"),
-    ("events/llc_occupancy.unit", "Bytes\n"),
-    ("events/total_bytes", "event=0x02\n"),
-    ("events/total_bytes.scale", "6.103515625e-5\n"),
-    ("events/total_bytes.unit", "MB\n"),
-    ("events/local_bytes", "event=0x03\n"),
-    ("events/local_bytes.scale", "6.103515625e-5\n"),
-    ("events/local_bytes.unit", "MB\n"),
-];
-
 fn tree() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    for (p, t) in TREE {
-        let p = d.path().join("devices/intel_cqm").join(p);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, t).unwrap();
-    }
-    d
+    crate::cqm::fixtures::tree(crate::cqm::fixtures::GOOD)
 }
 
 /// Counter values by (cgroup dir, config, cpu); opens beyond `rmids` fail with ENOSPC, as the
 /// kernel does when it has no RMID left for a new event.
 #[derive(Clone, Default)]
 struct Fake {
-    values: Arc<Mutex<BTreeMap<(PathBuf, u64, usize), u64>>>,
-    opened: Arc<Mutex<Vec<(PathBuf, u32, u64, usize)>>>,
+    values: Arc<Mutex<BTreeMap<Key, u64>>>,
+    opened: Arc<Mutex<Vec<Opened>>>,
     rmids: usize,
 }
 
-struct FakeCounter(Fake, (PathBuf, u64, usize));
+/// (cgroup dir, config, cpu).
+type Key = (PathBuf, u64, usize);
+/// (cgroup dir, PMU type, config, cpu) of an event opened.
+type Opened = (PathBuf, u32, u64, usize);
+
+struct FakeCounter(Fake, Key);
 
 impl CqmCounter for FakeCounter {
     fn read(&mut self) -> io::Result<u64> {
@@ -99,16 +85,27 @@ fn cgroup_events_on_the_sysfs_type_and_config_scaled_to_bytes() {
     let i = b.info().clone();
     assert_eq!((i.domains.clone(), i.sampling, i.mbm_unit, i.upscale), (vec![0, 1], Sampling::Tick, 64, 65536));
     // A container known only by name has no cgroup to count.
-    assert_eq!(b.attach(&container("x", None), &NoSource, Duration::ZERO).unwrap(), Attach::Waiting(WaitReason::CannotTag));
+    assert_eq!(
+        b.attach(&container("x", None), &NoSource, Duration::ZERO).unwrap(),
+        Attach::Waiting(WaitReason::CannotTag)
+    );
     let web = "/sys/fs/cgroup/web";
-    assert_eq!(b.attach(&container("web", Some(web)), &NoSource, Duration::ZERO).unwrap(), Attach::Monitored { rmid: None });
+    assert_eq!(
+        b.attach(&container("web", Some(web)), &NoSource, Duration::ZERO).unwrap(),
+        Attach::Monitored { rmid: None }
+    );
     // Three events on one CPU of each domain, on the PMU's type with the configs sysfs gave.
     let opened = fake.opened.lock().unwrap().clone();
-    let want: Vec<(PathBuf, u32, u64, usize)> =
-        [(1, 0), (3, 0), (2, 0), (1, 2), (3, 2), (2, 2)].iter().map(|&(c, cpu)| (PathBuf::from(web), 9, c, cpu)).collect();
+    let want: Vec<Opened> = [(1, 0), (3, 0), (2, 0), (1, 2), (3, 2), (2, 2)]
+        .iter()
+        .map(|&(c, cpu)| (PathBuf::from(web), 9, c, cpu))
+        .collect();
     assert_eq!(opened, want);
     // The kernel has no RMID for a second container's events.
-    assert_eq!(b.attach(&container("db", Some("/sys/fs/cgroup/db")), &NoSource, Duration::ZERO).unwrap(), Attach::Waiting(WaitReason::Exhausted));
+    assert_eq!(
+        b.attach(&container("db", Some("/sys/fs/cgroup/db")), &NoSource, Duration::ZERO).unwrap(),
+        Attach::Waiting(WaitReason::Exhausted)
+    );
     let set = |config: u64, cpu: usize, v: u64| {
         fake.values.lock().unwrap().insert((PathBuf::from(web), config, cpu), v);
     };
