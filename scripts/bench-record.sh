@@ -4,12 +4,14 @@
 # Prints lateness, CPU share of one core, peak RSS, bytes on disk, and bytes/hour per container.
 # The CPU share includes the emulator (its cache model and the emulated counter reads): see
 # `cargo run --release -p cachescope-emu --example model_bench` for that part at 100 containers.
-# Usage: scripts/bench-record.sh [SECONDS [CONTAINERS]]
+# Usage: scripts/bench-record.sh [SECONDS [CONTAINERS]]; CACHESCOPE=PATH measures that binary
+# instead of this tree's release build (e.g. a baseline from scripts/bench-hosts.sh).
 set -euo pipefail
 secs=${1:-20}
 n=${2:-100}
 cd "$(dirname "$0")/.."
-cargo build --release -q -p cachescope
+bin=${CACHESCOPE:-target/release/cachescope}
+[ -n "${CACHESCOPE:-}" ] || cargo build --release -q -p cachescope
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 {
@@ -19,7 +21,7 @@ trap 'rm -rf "$work"' EXIT
       "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
   done
 } >"$work/s.toml"
-/usr/bin/time -f 'TIME %e %U %S %M' target/release/cachescope record --scenario "$work/s.toml" \
+/usr/bin/time -f 'TIME %e %U %S %M' "$bin" record --scenario "$work/s.toml" \
   --duration "${secs}s" --output "$work/rec" 2>"$work/err" || { cat "$work/err"; exit 1; }
 grep -v '^TIME' "$work/err"
 read -r _ wall user sys rss < <(grep '^TIME' "$work/err")

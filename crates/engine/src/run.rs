@@ -89,6 +89,8 @@ struct State {
     origin: Duration,
     pending: VecDeque<Pending>,
     changes: Vec<Change>,
+    /// Containers reported stopped, detached after their last interval is read.
+    stopped: Vec<String>,
     raw: Vec<crate::backend::RawSample>,
     drained: Vec<PmuSample>,
     /// The last sample time worked through.
@@ -101,7 +103,7 @@ struct State {
 }
 
 impl State {
-    fn lifecycle(&mut self, at: Duration, stopped: &mut Vec<String>) -> Result<(), RunError> {
+    fn lifecycle(&mut self, at: Duration) -> Result<(), RunError> {
         self.p.containers.poll(at, &mut self.changes).map_err(part("containers"))?;
         for ch in std::mem::take(&mut self.changes) {
             match ch {
@@ -118,14 +120,14 @@ impl State {
                         .map_err(part("attach"))?;
                 }
                 // Stopped containers are read one last time (their final interval), then detached.
-                Change::Stopped(id) => stopped.push(id),
+                Change::Stopped(id) => self.stopped.push(id),
             }
         }
         Ok(())
     }
 
-    fn stop_containers(&mut self, at: Duration, stopped: &mut Vec<String>) -> Result<(), RunError> {
-        for id in stopped.drain(..) {
+    fn stop_containers(&mut self, at: Duration) -> Result<(), RunError> {
+        for id in std::mem::take(&mut self.stopped) {
             self.slots.stop(&id, self.p.backend.as_mut(), at).map_err(part("detach"))?;
             if let Some(w) = self.p.world.as_mut() {
                 w.stopped(&id);
@@ -141,8 +143,7 @@ impl State {
 
     /// Work through one sample time.
     fn sample(&mut self, at: Duration) -> Result<(), RunError> {
-        let mut stopped = Vec::new();
-        self.lifecycle(at, &mut stopped)?;
+        self.lifecycle(at)?;
         if let Some(w) = self.p.world.as_mut() {
             let (from, to) = (self.origin + self.step, self.origin + at);
             let join = &self.join;
@@ -180,7 +181,7 @@ impl State {
         }
         self.samples += 1;
         self.step = at;
-        self.stop_containers(at, &mut stopped)
+        self.stop_containers(at)
     }
 
     fn drain_pmu(&mut self) {
@@ -284,12 +285,23 @@ impl State {
     }
 }
 
+/// How often, at most, a run whose backend reads at every interval looks for new containers.
+const LIFECYCLE_EVERY: Duration = Duration::from_millis(10);
+
 /// The sample times due by `limit`: each interval of the grid after `step` for batched
-/// backends, or `limit` itself for backends read at every wake-up.
-fn due(sampling: Sampling, interval: Duration, step: Duration, limit: Duration, out: &mut Vec<Duration>) {
+/// backends; for backends read from user space, `limit` itself once an interval (less half a
+/// wake-up, so wake-up jitter does not skip one) has passed since the last read.
+fn due(
+    sampling: Sampling,
+    interval: Duration,
+    wake: Duration,
+    step: Duration,
+    limit: Duration,
+    out: &mut Vec<Duration>,
+) {
     out.clear();
     if sampling == Sampling::Tick {
-        if limit > step {
+        if limit > step && limit + wake / 2 >= step + interval {
             out.push(limit);
         }
         return;
@@ -307,7 +319,9 @@ fn due(sampling: Sampling, interval: Duration, step: Duration, limit: Duration, 
 pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
     let info = parts.backend.info().clone();
     let wake = match info.sampling {
-        Sampling::Tick => opts.interval,
+        // Read at every interval, but look for new containers more often, so one is attached
+        // within LIFECYCLE_EVERY of being reported (resctrl reads every 100 ms by default).
+        Sampling::Tick => opts.interval.min(LIFECYCLE_EVERY),
         // A whole number of intervals per wake-up.
         _ => opts.interval * (opts.batch.as_nanos() / opts.interval.as_nanos().max(1)).max(1) as u32,
     };
@@ -324,6 +338,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         origin: clock.origin(),
         pending: VecDeque::new(),
         changes: Vec::new(),
+        stopped: Vec::new(),
         raw: Vec::new(),
         drained: Vec::new(),
         step: Duration::ZERO,
@@ -377,9 +392,8 @@ fn run_loop(
     summary: &mut Summary,
 ) -> Result<(), RunError> {
     // Containers present at the start are attached before the first interval begins.
-    let mut stopped = Vec::new();
-    st.lifecycle(Duration::ZERO, &mut stopped)?;
-    st.stop_containers(Duration::ZERO, &mut stopped)?;
+    st.lifecycle(Duration::ZERO)?;
+    st.stop_containers(Duration::ZERO)?;
     let mut period_lateness = Lateness::default();
     let (mut last_drain, mut last_upkeep, mut last_status) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let mut times = Vec::new();
@@ -404,7 +418,11 @@ fn run_loop(
             (_, Some(m)) if last => m.max(st.step).min(t),
             (_, Some(m)) => m.min(t),
         };
-        due(info.sampling, opts.interval, st.step, limit, &mut times);
+        due(info.sampling, opts.interval, wake, st.step, limit, &mut times);
+        if times.is_empty() {
+            // Between reads: attach whoever started (a stop waits for its last read).
+            st.lifecycle(t)?;
+        }
         for &at in &times {
             st.sample(at)?;
         }
@@ -432,7 +450,6 @@ fn run_loop(
         if flow == Flow::Stop {
             break;
         }
-        let _ = wake;
     }
     Ok(())
 }

@@ -288,3 +288,19 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     assert_eq!(cpu, k.rows.len() as u64 * 1_000_000, "one slot of CPU per 1 ms row");
     assert_eq!(cycles, k.rows.len() as u64 * 1000);
 }
+
+#[test]
+fn read_every_interval_but_attached_as_soon_as_reported() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let script = Script(vec![("a", 0, None), ("b", 35, None)], Vec::new());
+    let (p, kept) = parts(Box::new(Fake::new(Sampling::Tick, 8, log.clone())), script, None, 1);
+    run(p, &opts(100, 400)).unwrap();
+    let log = log.lock().unwrap();
+    // b is attached at the first 10 ms wake-up after it started, long before the next read.
+    assert!(log.contains(&"attach b 40".to_string()), "{log:?}");
+    let reads: Vec<&String> = log.iter().filter(|l| l.starts_with("read a")).collect();
+    assert_eq!(reads, ["read a 100", "read a 200", "read a 300", "read a 400"], "one read per interval");
+    let k = kept[0].lock().unwrap();
+    let b: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == "b" && r.domain == 0).collect();
+    assert_eq!(b[0].interval_ns, 100_000_000, "its first interval runs from the previous read");
+}
