@@ -34,8 +34,12 @@ pub enum Choice {
 pub const BPF_DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// How often perf cgroup counters are read (each read is a syscall per container × CPU).
 pub const PERF_READ_EVERY: Duration = Duration::from_millis(100);
-/// Containers the eBPF slot map is sized for between two drains (more lose charges, counted).
-const BPF_CONTAINERS: usize = 128;
+/// Cgroups the eBPF slot map is sized for in one slot: a 1 ms slot sees at most a few
+/// cgroups per CPU (one runs at a time), so 8 per CPU, at most 128. A drain walks every
+/// bucket of the map, so its size is the drain's cost; charges beyond it are lost and counted.
+fn cgroups_per_slot(cpus: usize) -> usize {
+    (8 * cpus).clamp(16, 128)
+}
 
 enum Source {
     Bpf(Box<Attribution>),
@@ -118,7 +122,7 @@ impl PmuColumns {
         } else {
             let per_drain = BPF_DRAIN_EVERY.as_millis() as u32;
             let slot = Duration::from_millis(1);
-            match Attribution::start(&events, cpus, slot, capacity_for(BPF_CONTAINERS, per_drain)) {
+            match Attribution::start(&events, cpus, slot, capacity_for(cgroups_per_slot(cpus.len()), per_drain)) {
                 Ok(mut a) => {
                     a.group_cpus(domain_of);
                     return Ok(on(Source::Bpf(Box::new(a)), format!("eBPF, 1 ms slots: {what}")));

@@ -29,7 +29,9 @@ impl HostContainers {
         } else {
             format!("containers of the runtimes recognised by name and {} glob(s)", globs.len())
         };
-        let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(2))?;
+        // inotify reports changes as they happen; the full walk is a safety net for what it
+        // cannot see (a queue overflow), and costs a walk of the whole tree.
+        let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(10))?;
         Ok(HostContainers { watcher: Some(watcher), events, root: h.root.clone(), by_id: BTreeMap::new(), what })
     }
 }

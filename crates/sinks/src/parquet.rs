@@ -1,7 +1,7 @@
 //! Parquet files per docs/data.md.
 //!
 //! Life of a file: it is written as `NAME.parquet.partial`; every flush (at most
-//! `flush_every`, 5 s by default) closes a row group, and then a checkpoint footer for the row
+//! `flush_every`, 5 s by default, or every `flush_rows` rows) closes a row group, and then a checkpoint footer for the row
 //! groups so far is written beside it (`NAME.parquet.partial.footer`: the data length, then a
 //! complete Parquet footer). At rotation (size or age) or on shutdown the real footer is
 //! written and the file renamed to `NAME.parquet`. After a crash, [`recover_dir`] truncates a
@@ -114,7 +114,10 @@ pub struct Options {
     pub host: String,
     /// Written into the file metadata, e.g. `cachescope.backend`.
     pub metadata: Vec<(String, String)>,
+    /// A row group is closed at least this often (a crash loses at most this much) ...
     pub flush_every: Duration,
+    /// ... or as soon as this many rows wait (bounds the memory the buffer takes).
+    pub flush_rows: usize,
     pub rotate_every: Duration,
     pub rotate_bytes: u64,
     /// Rows kept in memory while the disk refuses them, in estimated bytes.
@@ -127,7 +130,8 @@ impl Options {
             dir,
             host,
             metadata: Vec::new(),
-            flush_every: Duration::from_secs(1),
+            flush_every: Duration::from_secs(5),
+            flush_rows: 65_536,
             rotate_every: Duration::from_secs(600),
             rotate_bytes: 256 << 20,
             max_pending_bytes: 256 << 20,
@@ -214,7 +218,9 @@ impl ParquetSink {
         let mut kv = vec![KeyValue::new("cachescope.schema_version".into(), SCHEMA_VERSION.to_string())];
         kv.extend(opts.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
         let mut props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(pq("zstd level"))?))
+            // Level 1: each row group's column chunks start a zstd context, and level 3's larger
+            // tables cost more to set up than they save on our small, repetitive chunks.
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).map_err(pq("zstd level"))?))
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_max_row_group_size(usize::MAX)
             .set_created_by(format!("cachescope {}", env!("CARGO_PKG_VERSION")))
@@ -262,7 +268,8 @@ impl ParquetSink {
     /// Flush when due; rotate when due. Errors are kept in the stats (and returned) but the
     /// sink stays usable.
     pub fn poll(&mut self, now: Instant) -> Result<(), SinkError> {
-        if now.duration_since(self.last_flush) >= self.opts.flush_every {
+        let full = self.buffer.len() >= self.opts.flush_rows;
+        if full || now.duration_since(self.last_flush) >= self.opts.flush_every {
             self.flush(now)?;
         }
         Ok(())
