@@ -242,3 +242,66 @@ fn live_view_on_a_terminal() {
     assert!(inside.contains("MBM_TOT_MB/s▼"), "{inside}");
     assert!(screen[leave..].contains("ticks, lateness"), "summary after the terminal is back");
 }
+
+/// A vector whose leaf 0xF.1 holds `ecx` (max RMID) and `ebx` (upscale factor).
+fn hostile_vector(dir: &Path, ecx: u32, ebx: u32) -> String {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cpuid/intel-xeon-platinum-8160.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src).unwrap()).unwrap();
+    let hex = |s: &serde_json::Value| u32::from_str_radix(s.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    for l in v["leaves"].as_array_mut().unwrap() {
+        if hex(&l["leaf"]) == 0xF && hex(&l["subleaf"]) == 1 {
+            l["ecx"] = format!("{ecx:#010x}").into();
+            l["ebx"] = format!("{ebx:#010x}").into();
+        }
+    }
+    let p = dir.join(format!("hostile-{ecx}-{ebx}.json"));
+    std::fs::write(&p, v.to_string()).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Sizes taken from input are bounded and the field out of range is named: no allocation of
+/// 100 GB for a vector claiming 2^32 RMIDs, no upscale factor 0 blamed on the interval.
+#[test]
+fn hostile_cpuid_fields_are_named_not_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scenario();
+    let huge = hostile_vector(dir.path(), u32::MAX, 98304);
+    let info = run(&["info", "--json", "--cpuid-dump", &huge]);
+    assert!(info.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(j["monitoring"]["supported"], false);
+    let reason = j["monitoring"]["reason"].as_str().unwrap();
+    assert!(reason.contains("CPUID.0xF.1:ECX (max RMID) is 4294967295, out of range"), "{reason}");
+    one_line_error(&["monitor", "--emulate", &huge, "--scenario", &s, "--fast", "--duration", "10ms"], 2, "max RMID");
+    let zero = hostile_vector(dir.path(), 191, 0);
+    one_line_error(&["monitor", "--emulate", &zero, "--scenario", &s, "--fast", "--duration", "10ms"], 2, "upscale factor");
+}
+
+/// Inputs that would hang or exhaust memory are refused at once, naming the culprit.
+#[test]
+fn special_files_and_overflowing_numbers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("s.toml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path; no memory is shared.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let started = std::time::Instant::now();
+    one_line_error(&["monitor", "--scenario", fifo.to_str().unwrap()], 2, "not a regular file");
+    one_line_error(&["monitor", "--scenario", "/dev/zero"], 2, "not a regular file");
+    let pq = dir.path().join("x.parquet");
+    let c = std::ffi::CString::new(pq.to_str().unwrap()).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    one_line_error(&["report", pq.to_str().unwrap()], 2, "not a regular file");
+    // A FIFO inside a directory is passed over, not opened.
+    let out = run(&["report", dir.path().to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&out.stderr).is_empty() || out.status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "nothing waited on a FIFO");
+    let over = dir.path().join("over.toml");
+    std::fs::write(
+        &over,
+        "[platform]\nmodel = \"intel-xeon-platinum-8160\"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 2147483648\n",
+    )
+    .unwrap();
+    one_line_error(&["monitor", "--scenario", over.to_str().unwrap(), "--fast"], 2, "cpus_per_domain");
+}

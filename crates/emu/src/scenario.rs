@@ -63,10 +63,27 @@ pub struct Scenario {
 const MAX_DOMAINS: u32 = 64;
 const MAX_CPUS: u32 = 4096;
 const MAX_CONTAINERS: usize = 10_000;
+/// A scenario is a hand-written TOML file: anything larger is not one.
+const MAX_SCENARIO_BYTES: u64 = 4 << 20;
 
 impl Scenario {
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError::Io { path: path.into(), error })?;
+        let io = |error| ScenarioError::Io { path: path.into(), error };
+        let invalid = |why: String| ScenarioError::Invalid { path: path.into(), why };
+        // stat first: opening a FIFO would wait for a writer, and /dev/zero never ends.
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if !meta.is_file() {
+            return Err(invalid("not a regular file".into()));
+        }
+        if meta.len() > MAX_SCENARIO_BYTES {
+            return Err(invalid(format!("{} bytes is more than a scenario may be ({MAX_SCENARIO_BYTES})", meta.len())));
+        }
+        let mut text = String::new();
+        let f = std::fs::File::open(path).map_err(io)?;
+        std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_SCENARIO_BYTES + 1), &mut text).map_err(io)?;
+        if text.len() as u64 > MAX_SCENARIO_BYTES {
+            return Err(invalid(format!("more than {MAX_SCENARIO_BYTES} bytes")));
+        }
         Scenario::parse(&text, path)
     }
 
@@ -86,7 +103,8 @@ impl Scenario {
     }
 
     pub fn total_cpus(&self) -> u32 {
-        self.platform.domains * self.platform.cpus_per_domain
+        // Validated: at most MAX_CPUS, so no overflow.
+        self.platform.domains.saturating_mul(self.platform.cpus_per_domain)
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -94,7 +112,7 @@ impl Scenario {
         if p.domains == 0 || p.domains > MAX_DOMAINS {
             return Err(format!("platform.domains: {} is outside 1..={MAX_DOMAINS}", p.domains));
         }
-        if p.cpus_per_domain == 0 || p.domains * p.cpus_per_domain > MAX_CPUS {
+        if p.cpus_per_domain == 0 || u64::from(p.domains) * u64::from(p.cpus_per_domain) > u64::from(MAX_CPUS) {
             return Err(format!(
                 "platform.cpus_per_domain: {} gives no CPUs or more than {MAX_CPUS}",
                 p.cpus_per_domain

@@ -257,7 +257,15 @@ pub enum MonitoringAbsence {
     Leaf0xFOutOfRange { max_basic_leaf: u32 },
     /// PQM set, leaf 0xF in range, but CPUID.(EAX=0FH,ECX=0):EDX[1] (L3) is 0.
     NoL3Resource,
+    /// A field of leaf 0xF holds a value no real part enumerates (a broken or hostile
+    /// vector): it would size per-RMID tables or shift counters out of range.
+    OutOfRange { field: &'static str, value: u64, limit: &'static str },
 }
+
+/// The largest RMID accepted from CPUID: real parts enumerate at most a few thousand.
+pub const MAX_RMID_LIMIT: u32 = 65_535;
+/// The widest MBM counter IA32_QM_CTR can hold (bits 61:0 are data).
+pub const MAX_COUNTER_WIDTH: u32 = 62;
 
 impl fmt::Display for MonitoringAbsence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -274,6 +282,9 @@ impl fmt::Display for MonitoringAbsence {
             MonitoringAbsence::NoL3Resource => f.write_str(
                 "PQM is set but CPUID.(EAX=0xF,ECX=0):EDX[1] (L3 monitoring) is 0: advertised, but no resources",
             ),
+            MonitoringAbsence::OutOfRange { field, value, limit } => {
+                write!(f, "{field} is {value}, out of range ({limit})")
+            }
         }
     }
 }
@@ -327,10 +338,21 @@ impl Monitoring {
             Some(MonitoringAbsence::PqmClear)
         } else if !self.leaf_0xf_in_range {
             Some(MonitoringAbsence::Leaf0xFOutOfRange { max_basic_leaf })
-        } else if self.l3.is_none() {
-            Some(MonitoringAbsence::NoL3Resource)
+        } else if let Some(l3) = &self.l3 {
+            let out = |field, value: u32, limit| Some(MonitoringAbsence::OutOfRange { field, value: value.into(), limit });
+            if l3.max_rmid > MAX_RMID_LIMIT {
+                out("CPUID.0xF.1:ECX (max RMID)", l3.max_rmid, "at most 65535")
+            } else if self.max_rmid_any.is_some_and(|m| m > MAX_RMID_LIMIT) {
+                out("CPUID.0xF.0:EBX (max RMID of any resource)", self.max_rmid_any.unwrap_or(0), "at most 65535")
+            } else if l3.upscale_factor == 0 {
+                out("CPUID.0xF.1:EBX (upscale factor)", 0, "at least 1 byte per count")
+            } else if l3.counter_width_linux > MAX_COUNTER_WIDTH {
+                out("CPUID.0xF.1:EAX[7:0] (counter width offset)", l3.counter_width_offset, "a width of at most 62 bits")
+            } else {
+                None
+            }
         } else {
-            None
+            Some(MonitoringAbsence::NoL3Resource)
         }
     }
 }

@@ -24,14 +24,23 @@ pub fn files(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), SinkErro
             let rd = std::fs::read_dir(p).map_err(|error| SinkError::Io { what: p.display().to_string(), error })?;
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
+                // Only regular files: a FIFO named *.parquet would block the read forever.
+                if !std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()) {
+                    continue;
+                }
                 if name.ends_with(".parquet") {
                     out.push(e.path());
                 } else if name.ends_with(".parquet.partial") {
                     partial.push(e.path());
                 }
             }
-        } else {
+        } else if md.is_file() {
             out.push(p.clone());
+        } else {
+            return Err(SinkError::Io {
+                what: p.display().to_string(),
+                error: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file or directory"),
+            });
         }
     }
     out.sort();
