@@ -89,8 +89,8 @@ pub struct Common {
     #[arg(long)]
     fast: bool,
     /// Peak memory bandwidth per L3 domain, GB/s: sets the longest safe MBM interval.
-    #[arg(long, default_value_t = 500)]
-    peak_bandwidth_gbps: u64,
+    #[arg(long, default_value_t = 500.0)]
+    peak_bandwidth_gbps: f64,
 }
 
 /// What the terminal shows (`monitor`).
@@ -169,7 +169,11 @@ impl Common {
     }
 
     fn check_mbm_interval(&self, caps: &Caps) -> Result<(), CliError> {
-        let peak = self.peak_bandwidth_gbps.saturating_mul(1_000_000_000);
+        let gbps = self.peak_bandwidth_gbps;
+        if !(gbps.is_finite() && gbps > 0.0 && gbps <= 1e6) {
+            return Err(CliError::input(format!("--peak-bandwidth-gbps {gbps}: must be in (0, 1e6]")));
+        }
+        let peak = (gbps * 1e9) as u64;
         check_interval(caps, self.msr_interval(), peak).map_err(CliError::input)
     }
 
@@ -569,6 +573,12 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
             .map_err(|e| CliError::unavailable(format!("signal handler: {e}")))?;
     }
     let b = build(args)?;
+    if let Some(d) = args.duration.filter(|d| *d < b.interval) {
+        return Err(CliError::input(format!(
+            "--duration {d:?} is shorter than one interval ({:?}): nothing would be sampled",
+            b.interval
+        )));
+    }
     let sinks = sinks(outs, &b)?;
     let opts = cachescope_engine::Options {
         interval: b.interval,

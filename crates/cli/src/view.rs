@@ -122,7 +122,7 @@ impl Accumulator {
         };
         let r = doms.entry(row.domain).or_default();
         if r.label.is_empty() {
-            r.label = row.container.label().to_string();
+            r.label = printable(row.container.label());
         }
         r.rmid = row.rmid;
         r.status = row.status.as_str();
@@ -176,6 +176,12 @@ impl Accumulator {
 }
 
 /// The plain table printed without a terminal: `t=…  header`, then one line per row.
+/// A name as it may reach a terminal: control characters (escape sequences, newlines) shown
+/// escaped, never emitted raw.
+pub fn printable(name: &str) -> String {
+    name.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 pub fn plain(now: Duration, header: &str, rows: &[ViewRow]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -213,6 +219,12 @@ mod tests {
             ipc,
             mpki,
         }
+    }
+
+    #[test]
+    fn names_reach_the_terminal_escaped() {
+        assert_eq!(printable("web\u{1b}[2Jx\ny"), "web\\u{1b}[2Jx\\ny");
+        assert_eq!(printable("plain-name_1"), "plain-name_1");
     }
 
     #[test]

@@ -274,7 +274,11 @@ fn hostile_cpuid_fields_are_named_not_allocated() {
     assert!(reason.contains("CPUID.0xF.1:ECX (max RMID) is 4294967295, out of range"), "{reason}");
     one_line_error(&["monitor", "--emulate", &huge, "--scenario", &s, "--fast", "--duration", "10ms"], 2, "max RMID");
     let zero = hostile_vector(dir.path(), 191, 0);
-    one_line_error(&["monitor", "--emulate", &zero, "--scenario", &s, "--fast", "--duration", "10ms"], 2, "upscale factor");
+    one_line_error(
+        &["monitor", "--emulate", &zero, "--scenario", &s, "--fast", "--duration", "10ms"],
+        2,
+        "upscale factor",
+    );
 }
 
 /// Inputs that would hang or exhaust memory are refused at once, naming the culprit.
@@ -304,4 +308,26 @@ fn special_files_and_overflowing_numbers_are_refused() {
     )
     .unwrap();
     one_line_error(&["monitor", "--scenario", over.to_str().unwrap(), "--fast"], 2, "cpus_per_domain");
+}
+
+/// Smaller refusals: a run too short to sample, a bandwidth of 0 (fractions are fine), an
+/// output directory on cgroupfs (mkdir there creates a cgroup).
+#[test]
+fn small_refusals() {
+    let s = scenario();
+    one_line_error(&["monitor", "--scenario", &s, "--fast", "--duration", "1us"], 2, "shorter than one interval");
+    one_line_error(&["monitor", "--scenario", &s, "--fast", "--peak-bandwidth-gbps", "0"], 2, "--peak-bandwidth-gbps");
+    let ok = run(&["monitor", "--scenario", &s, "--fast", "--duration", "10ms", "--peak-bandwidth-gbps", "0.5"]);
+    // 0.5 GB/s makes 24-bit counters of 96 KiB safe for 3.3 s: 1 ms is fine.
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if let Some(cg) = mi.lines().find(|l| l.contains(" - cgroup2 ")).and_then(|l| l.split(' ').nth(4)) {
+        let target = format!("{cg}/cachescope-not-a-dir");
+        one_line_error(
+            &["record", "--scenario", &s, "--fast", "--duration", "10ms", "--output", &target],
+            2,
+            "cgroup2",
+        );
+        assert!(!Path::new(&target).exists(), "no cgroup created");
+    }
 }

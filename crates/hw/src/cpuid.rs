@@ -339,7 +339,8 @@ impl Monitoring {
         } else if !self.leaf_0xf_in_range {
             Some(MonitoringAbsence::Leaf0xFOutOfRange { max_basic_leaf })
         } else if let Some(l3) = &self.l3 {
-            let out = |field, value: u32, limit| Some(MonitoringAbsence::OutOfRange { field, value: value.into(), limit });
+            let out =
+                |field, value: u32, limit| Some(MonitoringAbsence::OutOfRange { field, value: value.into(), limit });
             if l3.max_rmid > MAX_RMID_LIMIT {
                 out("CPUID.0xF.1:ECX (max RMID)", l3.max_rmid, "at most 65535")
             } else if self.max_rmid_any.is_some_and(|m| m > MAX_RMID_LIMIT) {
@@ -347,7 +348,11 @@ impl Monitoring {
             } else if l3.upscale_factor == 0 {
                 out("CPUID.0xF.1:EBX (upscale factor)", 0, "at least 1 byte per count")
             } else if l3.counter_width_linux > MAX_COUNTER_WIDTH {
-                out("CPUID.0xF.1:EAX[7:0] (counter width offset)", l3.counter_width_offset, "a width of at most 62 bits")
+                out(
+                    "CPUID.0xF.1:EAX[7:0] (counter width offset)",
+                    l3.counter_width_offset,
+                    "a width of at most 62 bits",
+                )
             } else {
                 None
             }

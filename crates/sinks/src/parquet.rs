@@ -195,6 +195,37 @@ fn utc_stamp(secs: i64) -> String {
     format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
 }
 
+/// Refuse a directory on a kernel pseudo-filesystem: under /sys/fs/cgroup `mkdir` creates a
+/// cgroup, and /proc or /sys hold no files of ours. The nearest existing ancestor is asked.
+fn refuse_pseudo_fs(dir: &Path) -> Result<(), SinkError> {
+    const PSEUDO: [(i64, &str); 5] = [
+        (0x6367_7270, "cgroup2"),
+        (0x0027_e0eb, "cgroup"),
+        (0x6265_6572, "sysfs"),
+        (0x9fa0, "proc"),
+        (0x7472_6163, "tracefs"),
+    ];
+    let Some(existing) = dir.ancestors().find(|a| a.exists()) else { return Ok(()) };
+    let Ok(c) = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()) else { return Ok(()) };
+    // SAFETY: libc::statfs is plain old data: all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs reads the NUL-terminated path `c` (alive for the call) and writes one
+    // statfs struct we own.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(());
+    }
+    match PSEUDO.iter().find(|(m, _)| *m == st.f_type as i64) {
+        Some((_, fs)) => Err(SinkError::Io {
+            what: dir.display().to_string(),
+            error: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("is on a {fs} filesystem ({}), not a place for files", existing.display()),
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SinkError {
     let what = what.into();
     move |error| SinkError::Io { what, error }
@@ -209,6 +240,7 @@ impl ParquetSink {
     /// Check that `dir` can take files (created if missing), recover files a crash left, and
     /// get ready. A directory that cannot be written is an error here, before any sampling.
     pub fn new(opts: Options) -> Result<ParquetSink, SinkError> {
+        refuse_pseudo_fs(&opts.dir)?;
         fs::create_dir_all(&opts.dir).map_err(io(format!("creating {}", opts.dir.display())))?;
         let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
         File::create(&probe).map_err(io(format!("{} is not writable", opts.dir.display())))?;
