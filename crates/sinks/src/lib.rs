@@ -2,6 +2,7 @@
 //! docs/metrics.md), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
 //! ([`report`]); and the engine sinks that record and serve ([`run_sinks`]).
 
+pub mod http;
 pub mod jsonl;
 pub mod parquet;
 pub mod prom;

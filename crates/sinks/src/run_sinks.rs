@@ -1,6 +1,7 @@
 //! The engine's sinks for recording and serving: sparse rows into Parquet files on a writer
 //! thread ([`RecordSink`]), and the Prometheus page on an HTTP thread ([`ServeSink`]).
 
+use crate::http::HttpServer;
 use crate::parquet::{Options as ParquetOptions, Recorder};
 use crate::prom::Metrics;
 use cachescope_engine::backend::BackendInfo;
@@ -149,23 +150,19 @@ impl Sink for RecordSink {
     }
 }
 
-/// The Prometheus page, served at /metrics from its own thread.
+/// The Prometheus page, served at /metrics by a server no client can wedge ([`HttpServer`]).
 pub struct ServeSink {
     metrics: Arc<Mutex<Metrics>>,
-    server: Arc<tiny_http::Server>,
+    server: HttpServer,
 }
 
 impl ServeSink {
     /// Listen now (fails early: a port in use is the caller's bad input).
     pub fn start(listen: SocketAddr) -> Result<ServeSink, String> {
-        let server = tiny_http::Server::http(listen).map_err(|e| format!("--listen {listen}: {e}"))?;
-        let server = Arc::new(server);
         let metrics = Arc::new(Mutex::new(Metrics::new()));
-        let (s2, m2) = (server.clone(), metrics.clone());
-        std::thread::Builder::new()
-            .name("cachescope-http".into())
-            .spawn(move || serve(&s2, &m2))
-            .map_err(|e| format!("HTTP thread: {e}"))?;
+        let m2 = metrics.clone();
+        let page: crate::http::Page = Arc::new(move || m2.lock().map(|m| m.render()).unwrap_or_default());
+        let server = HttpServer::start(listen, page).map_err(|e| format!("--listen {listen}: {e}"))?;
         Ok(ServeSink { metrics, server })
     }
 
@@ -196,26 +193,7 @@ impl Sink for ServeSink {
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {
-        self.server.unblock();
+        self.server.stop();
         Ok(Vec::new())
-    }
-}
-
-fn serve(server: &tiny_http::Server, metrics: &Mutex<Metrics>) {
-    for req in server.incoming_requests() {
-        let ok_path = req.url() == "/metrics" || req.url().starts_with("/metrics?");
-        let resp = if *req.method() == tiny_http::Method::Get && ok_path {
-            let body = metrics.lock().map(|m| m.render()).unwrap_or_default();
-            let ct =
-                tiny_http::Header::from_bytes(&b"Content-Type"[..], &b"text/plain; version=0.0.4; charset=utf-8"[..]);
-            let mut r = tiny_http::Response::from_string(body);
-            if let Ok(h) = ct {
-                r = r.with_header(h);
-            }
-            r
-        } else {
-            tiny_http::Response::from_string("cachescope: see /metrics\n").with_status_code(404)
-        };
-        let _ = req.respond(resp);
     }
 }
