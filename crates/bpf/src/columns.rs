@@ -32,6 +32,10 @@ pub enum Choice {
 
 /// How often the eBPF slots are drained: the kernel keeps 1 ms slots meanwhile.
 pub const BPF_DRAIN_EVERY: Duration = Duration::from_millis(50);
+/// How deep below a container cgroups are followed (cgroup v2 itself allows any depth; a
+/// path is at most 4096 bytes, so real nesting stays far below this).
+const MAX_NESTING: usize = 2048;
+
 /// How often perf cgroup counters are read (each read is a syscall per container × CPU).
 pub const PERF_READ_EVERY: Duration = Duration::from_millis(100);
 /// Cgroups the eBPF slot map is sized for in one slot: a 1 ms slot sees at most a few
@@ -52,8 +56,14 @@ pub struct PmuColumns {
     /// cpu-clock event (always last).
     columns: Vec<Option<usize>>,
     counted: Counted,
-    /// cgroup id → container (the eBPF attribution charges cgroup ids).
+    /// cgroup id → container (the eBPF attribution charges cgroup ids): each followed
+    /// container's own cgroup and every cgroup below it, charged to the nearest container.
     by_cgroup: BTreeMap<u64, Arc<ContainerMeta>>,
+    /// Followed containers' cgroup directories, for finding the cgroups below them.
+    dirs: BTreeMap<String, (std::path::PathBuf, Arc<ContainerMeta>)>,
+    /// cgroup ids seen in slots that no followed container holds (until the next rescan).
+    unknown: std::collections::HashSet<u64>,
+    last_rescan: Option<std::time::Instant>,
     /// container id → container (perf charges container ids).
     by_id: BTreeMap<String, Arc<ContainerMeta>>,
     /// CPU ns per container since the last header line, and slots or reads drained.
@@ -112,6 +122,9 @@ impl PmuColumns {
             columns: columns.clone(),
             counted,
             by_cgroup: BTreeMap::new(),
+            dirs: BTreeMap::new(),
+            unknown: Default::default(),
+            last_rescan: None,
             by_id: BTreeMap::new(),
             cpu_ns: BTreeMap::new(),
             reads: 0,
@@ -143,6 +156,50 @@ impl PmuColumns {
             desc.push_str(&format!("; {w}"));
         }
         Ok(on(Source::Perf(col), desc))
+    }
+
+    /// Map every cgroup below each followed container to it: the nearest enclosing container
+    /// wins, at any depth (a process in `web/inner/` is `web`'s unless `inner` is followed).
+    fn rescan(&mut self) {
+        self.last_rescan = Some(std::time::Instant::now());
+        self.unknown.clear();
+        // Shallower containers first, so a deeper (nearer) one overwrites what lies below it.
+        let mut dirs: Vec<&(std::path::PathBuf, Arc<ContainerMeta>)> = self.dirs.values().collect();
+        dirs.sort_by_key(|(d, _)| d.components().count());
+        for (dir, meta) in dirs {
+            let mut stack = vec![(dir.clone(), 0usize)];
+            while let Some((d, depth)) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else { continue };
+                for e in rd.flatten() {
+                    let Ok(m) = e.metadata() else { continue };
+                    // Non-UTF-8 names are followed like any other: only the inode matters.
+                    if m.is_dir() && depth < MAX_NESTING {
+                        use std::os::unix::fs::MetadataExt;
+                        self.by_cgroup.insert(m.ino(), meta.clone());
+                        stack.push((e.path(), depth + 1));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The container charged for a cgroup id: a rescan (at most once a second) finds cgroups
+    /// created below followed containers since the last one.
+    fn owner(&mut self, cgroup_id: u64) -> Option<Arc<ContainerMeta>> {
+        if let Some(m) = self.by_cgroup.get(&cgroup_id) {
+            return Some(m.clone());
+        }
+        if self.unknown.contains(&cgroup_id) || self.dirs.is_empty() {
+            return None;
+        }
+        if self.last_rescan.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            self.rescan();
+            if let Some(m) = self.by_cgroup.get(&cgroup_id) {
+                return Some(m.clone());
+            }
+        }
+        self.unknown.insert(cgroup_id);
+        None
     }
 
     /// Whether the llc_misses column is counted.
@@ -191,6 +248,12 @@ impl PmuSource for PmuColumns {
                 if let Some(cg) = c.cgroup_id {
                     self.by_cgroup.insert(cg, c.meta.clone());
                 }
+                if let Some(dir) = &c.dir {
+                    self.dirs.insert(c.id().to_string(), (dir.clone(), c.meta.clone()));
+                    // Its own cgroups below (a container's processes often live in one).
+                    self.last_rescan = None;
+                    self.unknown.clear();
+                }
             }
             Source::Perf(col) => {
                 let Some(dir) = &c.dir else { return };
@@ -208,6 +271,7 @@ impl PmuSource for PmuColumns {
 
     fn unfollow(&mut self, id: &str) {
         self.by_cgroup.retain(|_, m| m.id != id);
+        self.dirs.remove(id);
         self.by_id.remove(id);
         self.cpu_ns.remove(id);
         if let Source::Perf(col) = &mut self.src {
@@ -228,7 +292,7 @@ impl PmuSource for PmuColumns {
                         last = Some(r.slot);
                         self.reads += 1;
                     }
-                    let Some(meta) = self.by_cgroup.get(&r.cgroup_id).cloned() else { continue };
+                    let Some(meta) = self.owner(r.cgroup_id) else { continue };
                     let end = Duration::from_nanos((r.slot + 1) * slot_ns);
                     let s = self.sample(&meta, r.domain, end, &r.values);
                     out.push(s);

@@ -15,9 +15,11 @@ use identity::{identify, Glob, Identity};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// Deepest cgroup nesting walked (the kernel's default max depth is unlimited; real trees
-/// are under 10 deep).
-pub const MAX_DEPTH: usize = 32;
+/// Deepest cgroup nesting walked. The kernel's default max depth is unlimited and real trees
+/// are under 10 deep, but anyone who can make cgroups can nest them: a container 33 levels
+/// down was never found at the old limit of 32. A path is at most 4096 bytes, so 2048 levels
+/// of one-byte names is the most a path can hold.
+pub const MAX_DEPTH: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

@@ -18,6 +18,9 @@ pub struct HostContainers {
     root: PathBuf,
     /// id → cgroup path (relative to the root) of the containers running.
     by_id: BTreeMap<String, String>,
+    /// cgroup path → the id it was reported under (unique: a second cgroup claiming a
+    /// runtime id already in use is reported as `ID@PATH`, never hidden behind the first).
+    by_path: BTreeMap<String, String>,
     what: String,
 }
 
@@ -32,7 +35,14 @@ impl HostContainers {
         // inotify reports changes as they happen; the full walk is a safety net for what it
         // cannot see (a queue overflow), and costs a walk of the whole tree.
         let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(10))?;
-        Ok(HostContainers { watcher: Some(watcher), events, root: h.root.clone(), by_id: BTreeMap::new(), what })
+        Ok(HostContainers {
+            watcher: Some(watcher),
+            events,
+            root: h.root.clone(),
+            by_id: BTreeMap::new(),
+            by_path: BTreeMap::new(),
+            what,
+        })
     }
 }
 
@@ -40,13 +50,17 @@ impl ContainerSource for HostContainers {
     fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
         while let Ok(ev) = self.events.try_recv() {
             let c = ev.container;
-            let id = c.identity.id.clone();
             match ev.kind {
                 Lifecycle::Started => {
-                    if self.by_id.contains_key(&id) {
+                    if self.by_path.contains_key(&c.cgroup_path) {
                         continue;
                     }
+                    let mut id = c.identity.id.clone();
+                    if self.by_id.contains_key(&id) {
+                        id = format!("{id}@{}", c.cgroup_path);
+                    }
                     self.by_id.insert(id.clone(), c.cgroup_path.clone());
+                    self.by_path.insert(c.cgroup_path.clone(), id.clone());
                     let meta = Arc::new(ContainerMeta {
                         id,
                         name: c.name.clone(),
@@ -62,7 +76,8 @@ impl ContainerSource for HostContainers {
                     }));
                 }
                 Lifecycle::Stopped => {
-                    if self.by_id.remove(&id).is_some() {
+                    if let Some(id) = self.by_path.remove(&c.cgroup_path) {
+                        self.by_id.remove(&id);
                         out.push(Change::Stopped(id));
                     }
                 }

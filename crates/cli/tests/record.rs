@@ -561,3 +561,103 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
         assert!(rs.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     }
 }
+
+/// Nothing escapes: a process in a child cgroup of a container is charged to the container
+/// (the nearest enclosing one), and two cgroups claiming the same runtime id are both
+/// reported.
+#[test]
+fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
+    use cachescope_cgroups::sandbox::Sandbox;
+    let mut sb = match Sandbox::for_host("cachescope-escape") {
+        Ok(s) => s,
+        Err(why) => return println!("skip: {why}"),
+    };
+    let base = sb.rel();
+    let c = sb.add("c").unwrap();
+    let inner = c.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::fs::write(inner.join("cgroup.procs"), busy.id().to_string()).unwrap();
+    // The same Docker id under two parents.
+    let id = "4f1c2e3d5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
+    let dups: Vec<PathBuf> = ["a", "b"]
+        .iter()
+        .map(|p| {
+            sb.add(p).unwrap();
+            let d = sb.dir().join(p).join(format!("docker-{id}.scope"));
+            std::fs::create_dir(&d).unwrap();
+            d
+        })
+        .collect();
+    let before = cachescope_cgroups::cpu_usage_usec(&inner).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("rec");
+    let out = bin()
+        .args(["record", "--containers", &format!("{base}/c"), "--duration", "2s", "--output"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(&inner).unwrap() - before) as i64 * 1000;
+    let _ = busy.kill();
+    let _ = busy.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = std::fs::remove_dir(&inner);
+    for d in &dups {
+        let _ = std::fs::remove_dir(d);
+    }
+    drop(sb);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (batches, md) = read(&parquet_files(&out_dir));
+    let rs = rows(&batches);
+    let ids: std::collections::BTreeSet<&str> = rs.iter().map(|r| r.id.as_str()).collect();
+    let with_id: Vec<&&str> = ids.iter().filter(|i| i.starts_with(id)).collect();
+    assert_eq!(with_id.len(), 2, "both cgroups with id {id}: {ids:?}");
+    let pmu = md.get("cachescope.pmu").cloned().unwrap_or_default();
+    if pmu.starts_with("off") {
+        return println!("PMU unavailable here ({pmu}): no CPU time to check");
+    }
+    let c_ns: i64 = rs.iter().filter(|r| r.id.starts_with(&format!("{base}_c"))).filter_map(|r| r.cpu_ns).sum();
+    println!("container c: {c_ns} ns of CPU in rows; its child cgroup used {cpu_ns} ns ({ids:?})");
+    assert!(c_ns >= cpu_ns * 6 / 10 && c_ns <= cpu_ns + 50_000_000, "{c_ns} of {cpu_ns}");
+}
+
+/// A container nested deeper than any real tree (40 levels) is still found.
+#[test]
+fn deeply_nested_containers_are_found() {
+    use cachescope_cgroups::sandbox::Sandbox;
+    let mut sb = match Sandbox::for_host("cachescope-deep") {
+        Ok(s) => s,
+        Err(why) => return println!("skip: {why}"),
+    };
+    let base = sb.rel();
+    let top = sb.add("d").unwrap();
+    let mut dirs = vec![top.clone()];
+    for i in 0..40 {
+        let d = dirs.last().unwrap().join(format!("d{i}"));
+        std::fs::create_dir(&d).unwrap();
+        dirs.push(d);
+    }
+    let leaf = dirs.last().unwrap().join("leaf");
+    std::fs::create_dir(&leaf).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("rec");
+    let out = bin()
+        .args(["record", "--containers", &format!("{base}/**/leaf"), "--duration", "300ms", "--output"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&leaf);
+    for d in dirs.iter().rev() {
+        let _ = std::fs::remove_dir(d);
+    }
+    drop(sb);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (batches, _) = read(&parquet_files(&out_dir));
+    let rs = rows(&batches);
+    // Its id is the path, shortened with a hash: one container, the leaf.
+    let ids: std::collections::BTreeSet<&str> = rs.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert!(ids.iter().all(|i| i.starts_with(&format!("{base}_d_d0_d1"))), "{ids:?}");
+}
