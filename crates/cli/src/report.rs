@@ -26,7 +26,10 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     if found.is_empty() {
         return Err(CliError::input("no .parquet files in the paths given"));
     }
-    let s = summarize(&found).map_err(CliError::input)?;
+    let (s, problems) = summarize(&found).map_err(CliError::input)?;
+    for p in problems {
+        eprintln!("cachescope: {p}");
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s).map_err(CliError::input)?);
     } else {

@@ -133,49 +133,104 @@ fn weighted_quantile(v: &mut [(u64, i64)], q: f64) -> Option<u64> {
     v.last().map(|x| x.0)
 }
 
-/// Summaries for every container in `files`, sorted by p99 occupancy (highest first).
-pub fn summarize(files: &[PathBuf]) -> Result<Vec<Summary>, SinkError> {
-    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
-    for path in files {
-        let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
-        let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| ctx(&e))?.build().map_err(|e| ctx(&e))?;
-        for batch in reader {
-            let b = batch.map_err(|e| ctx(&e))?;
-            let ids = col_str(&b, "container_id")?;
-            let names = col_str(&b, "container_name")?;
-            let status = col_str(&b, "status")?;
-            let dom = b
-                .column_by_name("domain")
-                .and_then(|c| c.as_primitive_opt::<Int32Type>())
-                .ok_or_else(|| ctx(&"no int32 column domain"))?;
-            let (t, iv) = (col_i64(&b, "time_ns")?, col_i64(&b, "interval_ns")?);
-            let occ = col_i64(&b, "llc_occupancy_bytes")?;
-            let (tot, loc) = (col_i64(&b, "mbm_total_bytes")?, col_i64(&b, "mbm_local_bytes")?);
-            let (cyc, ins, mis) = (col_i64(&b, "cycles")?, col_i64(&b, "instructions")?, col_i64(&b, "llc_misses")?);
-            for i in 0..b.num_rows() {
-                let acc = by.entry(ids[i].clone().unwrap_or_default()).or_default();
-                if acc.name.is_none() {
-                    acc.name = names[i].clone();
-                }
-                acc.points.push(Point {
-                    time_ns: t[i].unwrap_or(0),
-                    interval_ns: iv[i].unwrap_or(0),
-                    domain: dom.value(i),
-                    occupancy: occ[i],
-                    mbm_total: tot[i],
-                    mbm_local: loc[i],
-                    cycles: cyc[i],
-                    instructions: ins[i],
-                    misses: mis[i],
-                    no_rmid: status[i].as_deref() == Some("no_rmid"),
-                });
+/// Whether a row's values could have been measured: a positive interval of at most an hour,
+/// no negative bytes or counts, no bandwidth above 10 TB/s. Anything else is a damaged or
+/// hand-made file, and would print nonsense (a mean of 4.6e12 MB/s, a peak of -0.0).
+fn plausible(p: &Point) -> bool {
+    const HOUR_NS: i64 = 3_600_000_000_000;
+    const MAX_BYTES_PER_NS: i64 = 10_000; // 10 TB/s
+    let non_negative = [p.occupancy, p.mbm_total, p.mbm_local, p.cycles, p.instructions, p.misses]
+        .iter()
+        .all(|v| v.is_none_or(|x| x >= 0));
+    let rate_ok = |v: Option<i64>| v.is_none_or(|x| x / p.interval_ns.max(1) <= MAX_BYTES_PER_NS);
+    p.interval_ns > 0
+        && p.interval_ns <= HOUR_NS
+        && p.time_ns > 0
+        && non_negative
+        && rate_ok(p.mbm_total)
+        && rate_ok(p.mbm_local)
+        && p.occupancy.is_none_or(|o| o <= 1 << 50)
+}
+
+/// Read one file's rows into `by`; the number of implausible rows skipped.
+fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkError> {
+    let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
+    let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| ctx(&e))?.build().map_err(|e| ctx(&e))?;
+    let mut bad = 0;
+    for batch in reader {
+        let b = batch.map_err(|e| ctx(&e))?;
+        let named = |e: SinkError| ctx(&e);
+        let ids = col_str(&b, "container_id").map_err(named)?;
+        let names = col_str(&b, "container_name").map_err(named)?;
+        let status = col_str(&b, "status").map_err(named)?;
+        let dom = b
+            .column_by_name("domain")
+            .and_then(|c| c.as_primitive_opt::<Int32Type>())
+            .ok_or_else(|| ctx(&"no int32 column domain"))?;
+        let (t, iv) = (col_i64(&b, "time_ns").map_err(named)?, col_i64(&b, "interval_ns").map_err(named)?);
+        let occ = col_i64(&b, "llc_occupancy_bytes").map_err(named)?;
+        let (tot, loc) =
+            (col_i64(&b, "mbm_total_bytes").map_err(named)?, col_i64(&b, "mbm_local_bytes").map_err(named)?);
+        let cyc = col_i64(&b, "cycles").map_err(named)?;
+        let (ins, mis) = (col_i64(&b, "instructions").map_err(named)?, col_i64(&b, "llc_misses").map_err(named)?);
+        for i in 0..b.num_rows() {
+            let p = Point {
+                time_ns: t[i].unwrap_or(0),
+                interval_ns: iv[i].unwrap_or(0),
+                domain: dom.value(i),
+                occupancy: occ[i],
+                mbm_total: tot[i],
+                mbm_local: loc[i],
+                cycles: cyc[i],
+                instructions: ins[i],
+                misses: mis[i],
+                no_rmid: status[i].as_deref() == Some("no_rmid"),
+            };
+            if !plausible(&p) {
+                bad += 1;
+                continue;
             }
+            let acc = by.entry(ids[i].clone().unwrap_or_default()).or_default();
+            if acc.name.is_none() {
+                acc.name = names[i].clone();
+            }
+            acc.points.push(p);
+        }
+    }
+    Ok(bad)
+}
+
+/// Summaries for every container in `files`, sorted by p99 occupancy (highest first), and
+/// what was passed over: files that cannot be read (each named, with why) and rows whose
+/// values cannot have been measured. An error only when no file could be read.
+pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkError> {
+    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
+    let mut problems = Vec::new();
+    let mut first_err = None;
+    let mut read = 0;
+    for path in files {
+        match read_file(path, &mut by) {
+            Ok(bad) => {
+                read += 1;
+                if bad > 0 {
+                    problems.push(format!("{}: {bad} rows with impossible values skipped", path.display()));
+                }
+            }
+            Err(e) => {
+                problems.push(format!("skipped {e}"));
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if read == 0 {
+        if let Some(e) = first_err {
+            return Err(e);
         }
     }
     let mut out: Vec<Summary> = by.into_iter().map(|(id, acc)| summarize_one(id, acc)).collect();
     out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
-    Ok(out)
+    Ok((out, problems))
 }
 
 fn summarize_one(id: String, mut acc: Acc) -> Summary {

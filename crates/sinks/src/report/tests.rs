@@ -51,7 +51,8 @@ fn summaries_weight_sparse_rows_by_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     record(dir.path());
     let (f, _) = files(&[dir.path().to_path_buf()]).expect("files");
-    let s = summarize(&f).expect("summarize");
+    let (s, problems) = summarize(&f).expect("summarize");
+    assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(s.len(), 2);
     let a = s.iter().find(|x| x.container_id == "a").expect("a");
     assert!((a.seconds - 3.0).abs() < 1e-9, "{}", a.seconds);
@@ -71,4 +72,48 @@ fn summaries_weight_sparse_rows_by_time() {
     assert_eq!(b.occupancy_p99_bytes, Some(4096 * 16));
     let t = table(&s);
     assert!(t.lines().count() == 4 && t.contains("100.0"), "{t}");
+}
+
+/// A directory with a good file, a file that is not Parquet, and a hand-made file with
+/// impossible values: the good one is summarized, the bad one named, the impossible rows
+/// counted and left out (no mean of 4.6e12 MB/s, no peak of -0.0).
+#[test]
+fn bad_files_are_named_and_impossible_rows_skipped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    record(dir.path());
+    std::fs::write(dir.path().join("zz-broken.parquet"), b"not parquet at all").expect("write");
+    let odd = tempfile::tempdir().expect("tempdir");
+    let mut sink = ParquetSink::new(Options::new(odd.path().to_path_buf(), "h".into())).expect("sink");
+    let c = ContainerMeta::named("odd");
+    let mk = |k: i64, interval: i64, mbm: i64| Row {
+        time_ns: T0 + k * 1_000_000,
+        interval_ns: interval,
+        container: c.clone(),
+        domain: 0,
+        rmid: None,
+        llc_occupancy_bytes: Some(4096),
+        mbm_total_bytes: Some(mbm as u64),
+        mbm_local_bytes: None,
+        pmu: Pmu::default(),
+        cpu_ns: None,
+        status: Status::Ok,
+    };
+    // 1 GB in 1 ns, and a zero interval: impossible; then two plausible rows.
+    sink.push(vec![mk(1, 1, 1_000_000_000), mk(2, 0, 10), mk(3, 1_000_000, 1_000_000), mk(4, 1_000_000, 1_000_000)]);
+    sink.close().expect("close");
+    for f in std::fs::read_dir(odd.path()).expect("dir").flatten() {
+        let name = format!("odd-{}", f.file_name().to_string_lossy());
+        std::fs::copy(f.path(), dir.path().join(name)).expect("copy");
+    }
+    let (f, _) = files(&[dir.path().to_path_buf()]).expect("files");
+    let (s, problems) = summarize(&f).expect("the good files are read");
+    assert!(s.iter().any(|x| x.container_id == "a"), "{s:?}");
+    assert!(problems.iter().any(|p| p.contains("zz-broken.parquet")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("2 rows with impossible values")), "{problems:?}");
+    let odd = s.iter().find(|x| x.container_id == "odd").expect("odd");
+    let mean = odd.mbm_total_mean_bytes_per_sec.expect("mean");
+    assert!((mean - 1e9).abs() < 1e6, "{mean}");
+    // Nothing readable at all is an error that names the file.
+    let e = summarize(&[dir.path().join("zz-broken.parquet")]).unwrap_err().to_string();
+    assert!(e.contains("zz-broken.parquet"), "{e}");
 }
