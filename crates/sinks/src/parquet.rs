@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 pub const SCHEMA_VERSION: &str = "1";
 const PARTIAL: &str = ".parquet.partial";
 const FOOTER: &str = ".parquet.partial.footer";
+/// A checkpoint footer being written (renamed over FOOTER when complete).
+const TMP: &str = ".parquet.partial.tmp";
 
 /// The docs/data.md schema, column for column.
 pub fn schema() -> SchemaRef {
@@ -428,8 +430,12 @@ impl ParquetSink {
         let tmp = path.with_extension("tmp");
         let mut out = f.good_len.to_le_bytes().to_vec();
         out.extend_from_slice(&self.footer_bytes(f)?);
-        fs::write(&tmp, &out).map_err(io(format!("writing {}", tmp.display())))?;
-        fs::rename(&tmp, &path).map_err(io(format!("renaming {}", tmp.display())))
+        let done = fs::write(&tmp, &out).and_then(|()| fs::rename(&tmp, &path));
+        if done.is_err() {
+            // A disk that is full leaves no half-written checkpoint behind.
+            let _ = fs::remove_file(&tmp);
+        }
+        done.map_err(io(format!("writing the checkpoint {}", tmp.display())))
     }
 
     /// A write failed: the checkpoint on disk describes exactly the complete row groups (it is
@@ -546,6 +552,9 @@ pub fn recover_dir(dir: &Path) -> Result<Vec<PathBuf>, SinkError> {
             if let Some(done) = recover_file(&p)? {
                 out.push(done);
             }
+        } else if p.to_string_lossy().ends_with(TMP) {
+            // A checkpoint that was being written when the process died.
+            let _ = fs::remove_file(&p);
         } else if p.to_string_lossy().ends_with(FOOTER) {
             // A checkpoint whose data file is gone.
             let data = PathBuf::from(p.to_string_lossy().trim_end_matches(".footer").to_string());

@@ -192,4 +192,11 @@ fn disk_full_is_survived() {
     assert!(partial.is_empty(), "{partial:?} {st:?}");
     let total: usize = read_all(&files).iter().map(|b| b.num_rows()).sum();
     assert_eq!(total as u64, accepted, "every accepted row is on disk, in valid files: {st:?}");
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.ends_with(".parquet"))
+        .collect();
+    assert!(left.is_empty(), "nothing but finished files left behind: {left:?}");
 }
