@@ -424,6 +424,10 @@ fn run_loop(
             st.lifecycle(t)?;
         }
         for &at in &times {
+            // A batch that overruns (thousands of containers) still stops at once when asked.
+            if opts.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
             st.sample(at)?;
         }
         if t.saturating_sub(last_upkeep) >= info.upkeep_every {
