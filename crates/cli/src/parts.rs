@@ -471,6 +471,9 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let (scenario, model, platform) = args.emulation(
             "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
         )?;
+        if let Some(said) = cachescope_emu_resctrl::play::clean_leftovers(&h).said() {
+            eprintln!("cachescope: {said}");
+        }
         // A lead well beyond one interval, so a late wake-up cannot let a container start first.
         let lead = (interval * 2).max(Duration::from_millis(100));
         let mut play = Play::new(&h, &scenario, lead).map_err(CliError::unavailable)?;

@@ -331,3 +331,55 @@ fn small_refusals() {
         assert!(!Path::new(&target).exists(), "no cgroup created");
     }
 }
+
+/// What a run killed with SIGKILL leaves (its sandbox cgroup with an idle process, its
+/// emulated resctrl mount) is cleaned at the next emulated resctrl start.
+#[test]
+fn leftovers_of_a_killed_run_are_cleaned() {
+    if !emulated_resctrl_possible() {
+        return;
+    }
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cg =
+        Path::new(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap()).to_path_buf();
+    // A pid that is no longer alive.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let sandbox = cg.join(format!("cachescope-emu-{dead}"));
+    std::fs::create_dir_all(sandbox.join("web")).unwrap();
+    let mut idle = Command::new("sleep").arg("60").spawn().unwrap();
+    std::fs::write(sandbox.join("web/cgroup.procs"), idle.id().to_string()).unwrap();
+    let mount = std::env::temp_dir().join(format!("cachescope-resctrl-{dead}-0"));
+    std::fs::create_dir_all(&mount).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mount).status().unwrap();
+    let s = scenario();
+    let out = run(&[
+        "monitor",
+        "--backend",
+        "resctrl",
+        "--emulate",
+        "intel-xeon-platinum-8160",
+        "--scenario",
+        &s,
+        "--duration",
+        "300ms",
+        "--plain",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let reaped = idle.try_wait().unwrap().is_some() || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        idle.try_wait().unwrap().is_some()
+    };
+    let _ = idle.kill();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("removed what a killed run left: 1 sandbox cgroups (1 processes)"), "{err}");
+    assert!(!sandbox.exists(), "the dead run's cgroup is gone");
+    assert!(reaped, "its idle process was killed");
+    if mounted.success() {
+        assert!(!std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!("cachescope-resctrl-{dead}-")));
+        assert!(!mount.exists());
+    }
+}

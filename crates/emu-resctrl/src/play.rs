@@ -124,3 +124,93 @@ impl ContainerSource for Play {
         self.mount = None;
     }
 }
+
+/// What [`clean_leftovers`] removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    pub cgroups: usize,
+    pub processes: usize,
+    pub mounts: usize,
+}
+
+impl Cleaned {
+    /// One line for people, when anything was removed.
+    pub fn said(&self) -> Option<String> {
+        (*self != Cleaned::default()).then(|| {
+            format!(
+                "removed what a killed run left: {} sandbox cgroups ({} processes), {} emulated resctrl mounts",
+                self.cgroups, self.processes, self.mounts
+            )
+        })
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// The pid in a name `PREFIX<pid>` or `PREFIX<pid>-<n>`.
+fn pid_of(name: &str, prefix: &str) -> Option<u32> {
+    name.strip_prefix(prefix)?.split('-').next()?.parse().ok()
+}
+
+/// Remove what a run killed with SIGKILL left behind: its sandbox cgroups
+/// (`cachescope-emu-PID`, their idle processes killed) and its emulated resctrl mounts
+/// (`cachescope-resctrl-PID-N` under the temp dir, detached), for every PID no longer alive.
+pub fn clean_leftovers(h: &Hierarchy) -> Cleaned {
+    let mut done = Cleaned::default();
+    let Ok(rd) = std::fs::read_dir(&h.root) else { return done };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = pid_of(&name, "cachescope-emu-") else { continue };
+        if pid_alive(pid) || !e.path().is_dir() {
+            continue;
+        }
+        let dir = e.path();
+        let children: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|r| r.flatten().map(|c| c.path()).filter(|p| p.is_dir()).collect())
+            .unwrap_or_default();
+        for c in children.iter().chain(std::iter::once(&dir)) {
+            let procs = std::fs::read_to_string(c.join("cgroup.procs")).unwrap_or_default();
+            for p in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill(2) with a pid read from the dead run's own cgroup; no memory is
+                // involved.
+                if unsafe { libc::kill(p, libc::SIGKILL) } == 0 {
+                    done.processes += 1;
+                }
+            }
+        }
+        // The kernel removes killed tasks from cgroup.procs shortly after they die.
+        for _ in 0..50 {
+            if children.iter().all(|c| std::fs::remove_dir(c).is_ok() || !c.exists()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if std::fs::remove_dir(&dir).is_ok() {
+            done.cgroups += 1;
+        }
+    }
+    let tmp = std::env::temp_dir();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mounts.lines() {
+        let Some(point) = line.split(' ').nth(4) else { continue };
+        let p = std::path::Path::new(point);
+        let Some(name) = p.file_name().map(|n| n.to_string_lossy().to_string()) else { continue };
+        if p.parent() != Some(tmp.as_path()) {
+            continue;
+        }
+        let Some(pid) = pid_of(&name, "cachescope-resctrl-") else { continue };
+        if pid_alive(pid) {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(point) else { continue };
+        // SAFETY: umount2 with a NUL-terminated path that outlives the call; MNT_DETACH so a
+        // mount whose FUSE server is dead cannot block us.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            done.mounts += 1;
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+    done
+}

@@ -66,9 +66,18 @@ proptest! {
         let leaf7 = s.get(7, 0).ebx;
         // Gating of monitoring.
         prop_assert_eq!(i.monitoring.pqm, max >= 7 && leaf7 & (1 << 12) != 0);
-        if i.monitoring.l3.is_some() {
+        if let Some(l3) = &i.monitoring.l3 {
             prop_assert!(i.monitoring.pqm && max >= 0xF && s.get(0xF, 0).edx & 2 != 0);
-            prop_assert_eq!(i.l3_monitoring_absence(), None);
+            // Usable exactly when every field is in range (sizes taken from input are bounded).
+            let in_range = l3.max_rmid <= MAX_RMID_LIMIT
+                && i.monitoring.max_rmid_any.is_none_or(|m| m <= MAX_RMID_LIMIT)
+                && l3.upscale_factor > 0
+                && l3.counter_width_linux <= MAX_COUNTER_WIDTH;
+            match i.l3_monitoring_absence() {
+                None => prop_assert!(in_range),
+                Some(MonitoringAbsence::OutOfRange { .. }) => prop_assert!(!in_range),
+                Some(other) => prop_assert!(false, "{other}"),
+            }
         } else {
             prop_assert!(i.l3_monitoring_absence().is_some());
         }
