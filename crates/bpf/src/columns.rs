@@ -167,6 +167,11 @@ impl PmuColumns {
         let mut dirs: Vec<&(std::path::PathBuf, Arc<ContainerMeta>)> = self.dirs.values().collect();
         dirs.sort_by_key(|(d, _)| d.components().count());
         for (dir, meta) in dirs {
+            use std::os::unix::fs::MetadataExt;
+            // Its own cgroup first: an enclosing container's walk, done before, mapped it too.
+            if let Ok(m) = std::fs::metadata(dir) {
+                self.by_cgroup.insert(m.ino(), meta.clone());
+            }
             let mut stack = vec![(dir.clone(), 0usize)];
             while let Some((d, depth)) = stack.pop() {
                 let Ok(rd) = std::fs::read_dir(&d) else { continue };
@@ -174,7 +179,6 @@ impl PmuColumns {
                     let Ok(m) = e.metadata() else { continue };
                     // Non-UTF-8 names are followed like any other: only the inode matters.
                     if m.is_dir() && depth < MAX_NESTING {
-                        use std::os::unix::fs::MetadataExt;
                         self.by_cgroup.insert(m.ino(), meta.clone());
                         stack.push((e.path(), depth + 1));
                     }

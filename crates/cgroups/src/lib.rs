@@ -85,8 +85,9 @@ pub struct Container {
     pub name: Option<String>,
 }
 
-/// Walk the hierarchy and return every container. A container's own sub-cgroups belong to it
-/// and are not searched for further containers.
+/// Walk the hierarchy and return every container, at any depth. A container's sub-cgroups are
+/// searched too: a container nested in another is its own (each task is charged to the
+/// nearest enclosing container).
 pub fn scan(root: &Path, globs: &[Glob]) -> Result<Vec<Container>, CgroupError> {
     let mut out = Vec::new();
     scan_under(root, "", globs, &mut out)?;
@@ -102,7 +103,6 @@ fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth:
     if !rel.is_empty() {
         if let Some(identity) = identify(rel, globs) {
             out.push(describe(root, rel, identity));
-            return Ok(());
         }
     }
     if depth >= MAX_DEPTH {
@@ -153,6 +153,38 @@ pub fn threads(root: &Path, rel: &str, v2: bool) -> Result<Vec<u32>, CgroupError
     tids.sort_unstable();
     tids.dedup();
     Ok(tids)
+}
+
+/// As [`threads`], leaving out the subtrees at `except` (relative paths of containers nested
+/// in this one: their threads are theirs).
+pub fn threads_except(root: &Path, rel: &str, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
+    let mut tids = Vec::new();
+    collect_threads_except(&root.join(rel), except, &mut tids, 0)?;
+    tids.sort_unstable();
+    tids.dedup();
+    Ok(tids)
+}
+
+fn collect_threads_except(dir: &Path, except: &[PathBuf], out: &mut Vec<u32>, depth: usize) -> Result<(), CgroupError> {
+    if except.iter().any(|e| e == dir) {
+        return Ok(());
+    }
+    match std::fs::read_to_string(dir.join("cgroup.threads")) {
+        Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(CgroupError::Io { path: dir.join("cgroup.threads"), error }),
+    }
+    if depth >= MAX_DEPTH {
+        return Ok(());
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.filter_map(Result::ok) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_threads_except(&e.path(), except, out, depth + 1)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn collect_threads(dir: &Path, file: &str, out: &mut Vec<u32>, depth: usize) -> Result<(), CgroupError> {

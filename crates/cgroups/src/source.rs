@@ -3,7 +3,7 @@
 
 use crate::identity::Glob;
 use crate::watch::{Event, Lifecycle, Watcher};
-use crate::{cpu_usage_usec, threads, CgroupError, Hierarchy};
+use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
 use std::collections::BTreeMap;
@@ -86,9 +86,13 @@ impl ContainerSource for HostContainers {
         Ok(())
     }
 
+    /// Its threads, less those of containers nested in it (theirs).
     fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
         let Some(rel) = self.by_id.get(id) else { return Ok(Vec::new()) };
-        threads(&self.root, rel, true).map_err(std::io::Error::other)
+        let below = format!("{rel}/");
+        let nested: Vec<std::path::PathBuf> =
+            self.by_path.keys().filter(|p| p.starts_with(&below)).map(|p| self.root.join(p)).collect();
+        threads_except(&self.root, rel, &nested).map_err(std::io::Error::other)
     }
 
     fn cpu_usage_usec(&self, id: &str) -> Option<u64> {

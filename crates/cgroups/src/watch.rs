@@ -50,9 +50,9 @@ impl State {
     /// Watch and walk the subtree at `rel`, collecting containers into `found`.
     fn sync_subtree(&mut self, rel: &str, found: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
         if !rel.is_empty() {
+            // A container, and still watched and searched: containers nest.
             if let Some(identity) = identify(rel, &self.globs) {
                 found.push(describe(&self.root, rel, identity));
-                return Ok(());
             }
         }
         let dir = self.root.join(rel);

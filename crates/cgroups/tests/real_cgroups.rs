@@ -205,3 +205,31 @@ fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
     w.stop().unwrap();
     assert_eq!(fd_count(), fds_before, "file descriptors leaked");
 }
+
+/// A container's threads leave out those of containers nested in it: each thread belongs to
+/// the nearest enclosing container.
+#[test]
+fn nested_containers_own_their_threads() {
+    use cachescope_cgroups::sandbox::Sandbox;
+    let mut sb = match Sandbox::for_host("cachescope-nested-threads") {
+        Ok(s) => s,
+        Err(why) => return println!("skip: {why}"),
+    };
+    let outer = sb.add("outer").unwrap();
+    let inner = outer.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let mut a = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut b = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(outer.join("cgroup.procs"), a.id().to_string()).unwrap();
+    std::fs::write(inner.join("cgroup.procs"), b.id().to_string()).unwrap();
+    let root = outer.parent().unwrap().parent().unwrap().to_path_buf();
+    let rel = outer.strip_prefix(&root).unwrap().to_str().unwrap().to_string();
+    let all = cachescope_cgroups::threads(&root, &rel, true).unwrap();
+    let own = cachescope_cgroups::threads_except(&root, &rel, std::slice::from_ref(&inner)).unwrap();
+    let _ = (a.kill(), b.kill(), a.wait(), b.wait());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let _ = std::fs::remove_dir(&inner);
+    drop(sb);
+    assert_eq!(all, vec![a.id().min(b.id()), a.id().max(b.id())]);
+    assert_eq!(own, vec![a.id()], "the nested container's thread is its own");
+}

@@ -663,3 +663,53 @@ fn deeply_nested_containers_are_found() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     assert!(ids.iter().all(|i| i.starts_with(&format!("{base}_d_d0_d1"))), "{ids:?}");
 }
+
+/// Containers nest: with `--containers 'BASE/**'` a container inside another is reported on
+/// its own, and its busy process is charged to it (the nearest enclosing container), not to
+/// the outer one.
+#[test]
+fn nested_containers_are_each_reported_and_charged() {
+    use cachescope_cgroups::sandbox::Sandbox;
+    let mut sb = match Sandbox::for_host("cachescope-nest") {
+        Ok(s) => s,
+        Err(why) => return println!("skip: {why}"),
+    };
+    let base = sb.rel();
+    let outer = sb.add("outer").unwrap();
+    let inner = outer.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::fs::write(inner.join("cgroup.procs"), busy.id().to_string()).unwrap();
+    let before = cachescope_cgroups::cpu_usage_usec(&inner).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("rec");
+    let out = bin()
+        .args(["record", "--containers", &format!("{base}/**"), "--duration", "2s", "--output"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(&inner).unwrap() - before) as i64 * 1000;
+    let _ = busy.kill();
+    let _ = busy.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = std::fs::remove_dir(&inner);
+    drop(sb);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (batches, md) = read(&parquet_files(&out_dir));
+    let rs = rows(&batches);
+    let of = |n: &str| -> Vec<&R> { rs.iter().filter(|r| r.id.starts_with(&format!("{base}_{n}-"))).collect() };
+    let (o, i) = (of("outer"), of("outer_inner"));
+    assert!(
+        !o.is_empty() && !i.is_empty(),
+        "both reported: {:?}",
+        rs.iter().map(|r| &r.id).collect::<std::collections::BTreeSet<_>>()
+    );
+    if md.get("cachescope.pmu").is_some_and(|p| p.starts_with("off")) {
+        return println!("PMU unavailable here: no CPU time to check");
+    }
+    let (o_ns, i_ns): (i64, i64) = (o.iter().filter_map(|r| r.cpu_ns).sum(), i.iter().filter_map(|r| r.cpu_ns).sum());
+    println!("outer {o_ns} ns, inner {i_ns} ns; the busy loop used {cpu_ns} ns");
+    assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns + 50_000_000, "inner: {i_ns} of {cpu_ns}");
+    assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
+}
