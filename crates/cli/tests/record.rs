@@ -481,7 +481,8 @@ fn host_drive_case(pmu: &str, source: &str) {
     println!("busy: {mbm} bytes of emulated traffic (cgroup CPU time × 1 GB/s: {cpu_bytes}), peak occupancy {occ} of {l3}; {emulated}");
     if emulated.contains("CPU time") {
         // The cgroup's CPU time spans a little more than the sampled window (startup, exit).
-        assert!(mbm <= cpu_bytes + 100_000_000 && mbm >= cpu_bytes * 7 / 10, "{mbm} of {cpu_bytes} bytes");
+        // eBPF cpu-clock also counts interrupt time the scheduler leaves out: up to 10 % over.
+        assert!(mbm <= cpu_bytes * 11 / 10 + 100_000_000 && mbm >= cpu_bytes * 7 / 10, "{mbm} of {cpu_bytes} bytes");
         assert!(busy.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     } else {
         assert!(mbm > 0);
@@ -550,11 +551,13 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
         return println!("PMU unavailable here ({pmu}): rows carry no CPU time");
     }
     // 1 ms rows of CPU time: the busy loop's add up to what its cgroup says (the cgroup's
-    // count spans a little more: start-up before the first slot, the last slots at exit).
+    // count spans a little more: start-up before the first slot, the last slots at exit; the
+    // eBPF cpu-clock also counts interrupt time the scheduler leaves out, a few % when the
+    // machine is busy: up to 10 % over).
     let busy_ns: i64 = busy.iter().filter_map(|r| r.cpu_ns).sum();
     let idle_ns: i64 = idle.iter().filter_map(|r| r.cpu_ns).sum();
     println!("busy: {busy_ns} ns of CPU in rows, {cpu_ns} by cpu.stat; idle: {idle_ns} ns; {pmu}");
-    assert!(busy_ns <= cpu_ns + 50_000_000 && busy_ns >= cpu_ns * 7 / 10, "{busy_ns} of {cpu_ns}");
+    assert!(busy_ns <= cpu_ns * 11 / 10 + 50_000_000 && busy_ns >= cpu_ns * 7 / 10, "{busy_ns} of {cpu_ns}");
     assert!(idle_ns < 50_000_000, "{idle_ns}");
     assert!(busy.iter().all(|r| r.interval == 1_000_000), "1 ms rows");
     if !pmu.contains("cycles") {
@@ -619,7 +622,8 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
     }
     let c_ns: i64 = rs.iter().filter(|r| r.id.starts_with(&format!("{base}_c"))).filter_map(|r| r.cpu_ns).sum();
     println!("container c: {c_ns} ns of CPU in rows; its child cgroup used {cpu_ns} ns ({ids:?})");
-    assert!(c_ns >= cpu_ns * 6 / 10 && c_ns <= cpu_ns + 50_000_000, "{c_ns} of {cpu_ns}");
+    // Up to 10 % over: interrupt time (see host_without_cache_monitoring_records_cpu_time_and_serves).
+    assert!(c_ns >= cpu_ns * 6 / 10 && c_ns <= cpu_ns * 11 / 10 + 50_000_000, "{c_ns} of {cpu_ns}");
 }
 
 /// A container nested deeper than any real tree (40 levels) is still found.
@@ -710,6 +714,6 @@ fn nested_containers_are_each_reported_and_charged() {
     }
     let (o_ns, i_ns): (i64, i64) = (o.iter().filter_map(|r| r.cpu_ns).sum(), i.iter().filter_map(|r| r.cpu_ns).sum());
     println!("outer {o_ns} ns, inner {i_ns} ns; the busy loop used {cpu_ns} ns");
-    assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns + 50_000_000, "inner: {i_ns} of {cpu_ns}");
+    assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns * 11 / 10 + 50_000_000, "inner: {i_ns} of {cpu_ns}");
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
 }
