@@ -148,46 +148,33 @@ pub fn docker_name(containers_dir: &Path, id: &Identity) -> Option<String> {
 /// Thread ids in the container's cgroup and all its descendants (`cgroup.threads` on v2,
 /// `tasks` on v1). Threads and cgroups that vanish meanwhile are skipped.
 pub fn threads(root: &Path, rel: &str, v2: bool) -> Result<Vec<u32>, CgroupError> {
-    let mut tids = Vec::new();
-    collect_threads(&root.join(rel), if v2 { "cgroup.threads" } else { "tasks" }, &mut tids, 0)?;
-    tids.sort_unstable();
-    tids.dedup();
-    Ok(tids)
+    gather(&root.join(rel), if v2 { "cgroup.threads" } else { "tasks" }, &[])
 }
 
-/// As [`threads`], leaving out the subtrees at `except` (relative paths of containers nested
-/// in this one: their threads are theirs).
+/// As [`threads`] on cgroup v2, leaving out the subtrees at `except` (the directories of
+/// containers nested in this one: their threads are theirs).
 pub fn threads_except(root: &Path, rel: &str, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
+    gather(&root.join(rel), "cgroup.threads", except)
+}
+
+fn gather(dir: &Path, file: &str, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
     let mut tids = Vec::new();
-    collect_threads_except(&root.join(rel), except, &mut tids, 0)?;
+    collect_threads(dir, file, except, &mut tids, 0)?;
     tids.sort_unstable();
     tids.dedup();
     Ok(tids)
 }
 
-fn collect_threads_except(dir: &Path, except: &[PathBuf], out: &mut Vec<u32>, depth: usize) -> Result<(), CgroupError> {
+fn collect_threads(
+    dir: &Path,
+    file: &str,
+    except: &[PathBuf],
+    out: &mut Vec<u32>,
+    depth: usize,
+) -> Result<(), CgroupError> {
     if except.iter().any(|e| e == dir) {
         return Ok(());
     }
-    match std::fs::read_to_string(dir.join("cgroup.threads")) {
-        Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(CgroupError::Io { path: dir.join("cgroup.threads"), error }),
-    }
-    if depth >= MAX_DEPTH {
-        return Ok(());
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.filter_map(Result::ok) {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_threads_except(&e.path(), except, out, depth + 1)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn collect_threads(dir: &Path, file: &str, out: &mut Vec<u32>, depth: usize) -> Result<(), CgroupError> {
     match std::fs::read_to_string(dir.join(file)) {
         Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -199,7 +186,7 @@ fn collect_threads(dir: &Path, file: &str, out: &mut Vec<u32>, depth: usize) -> 
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.filter_map(Result::ok) {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_threads(&e.path(), file, out, depth + 1)?;
+                collect_threads(&e.path(), file, except, out, depth + 1)?;
             }
         }
     }

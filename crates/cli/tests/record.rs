@@ -565,6 +565,37 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     }
 }
 
+/// A busy shell in a new child cgroup `inner` of `parent`.
+fn busy_child(parent: &Path) -> (PathBuf, std::process::Child) {
+    let inner = parent.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::fs::write(inner.join("cgroup.procs"), busy.id().to_string()).unwrap();
+    (inner, busy)
+}
+
+/// `record --containers GLOB` for 2 s into DIR/rec, then the busy process stopped and its
+/// cgroup removed; with the CPU time its cgroup used meanwhile (ns).
+fn record_while_busy(
+    glob: &str,
+    inner: &Path,
+    busy: &mut std::process::Child,
+) -> (std::process::Output, tempfile::TempDir, i64) {
+    let before = cachescope_cgroups::cpu_usage_usec(inner).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["record", "--containers", glob, "--duration", "2s", "--output"])
+        .arg(dir.path().join("rec"))
+        .output()
+        .unwrap();
+    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(inner).unwrap() - before) as i64 * 1000;
+    let _ = busy.kill();
+    let _ = busy.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    let _ = std::fs::remove_dir(inner);
+    (out, dir, cpu_ns)
+}
+
 /// Nothing escapes: a process in a child cgroup of a container is charged to the container
 /// (the nearest enclosing one), and two cgroups claiming the same runtime id are both
 /// reported.
@@ -576,11 +607,7 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
         Err(why) => return println!("skip: {why}"),
     };
     let base = sb.rel();
-    let c = sb.add("c").unwrap();
-    let inner = c.join("inner");
-    std::fs::create_dir(&inner).unwrap();
-    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
-    std::fs::write(inner.join("cgroup.procs"), busy.id().to_string()).unwrap();
+    let (inner, mut busy) = busy_child(&sb.add("c").unwrap());
     // The same Docker id under two parents.
     let id = "4f1c2e3d5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
     let dups: Vec<PathBuf> = ["a", "b"]
@@ -592,26 +619,14 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
             d
         })
         .collect();
-    let before = cachescope_cgroups::cpu_usage_usec(&inner).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("rec");
-    let out = bin()
-        .args(["record", "--containers", &format!("{base}/c"), "--duration", "2s", "--output"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(&inner).unwrap() - before) as i64 * 1000;
-    let _ = busy.kill();
-    let _ = busy.wait();
-    std::thread::sleep(Duration::from_millis(100));
-    let _ = std::fs::remove_dir(&inner);
+    let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/c"), &inner, &mut busy);
     for d in &dups {
         let _ = std::fs::remove_dir(d);
     }
     drop(sb);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let (batches, md) = read(&parquet_files(&out_dir));
+    let (batches, md) = read(&parquet_files(&dir.path().join("rec")));
     let rs = rows(&batches);
     let ids: std::collections::BTreeSet<&str> = rs.iter().map(|r| r.id.as_str()).collect();
     let with_id: Vec<&&str> = ids.iter().filter(|i| i.starts_with(id)).collect();
@@ -679,28 +694,12 @@ fn nested_containers_are_each_reported_and_charged() {
         Err(why) => return println!("skip: {why}"),
     };
     let base = sb.rel();
-    let outer = sb.add("outer").unwrap();
-    let inner = outer.join("inner");
-    std::fs::create_dir(&inner).unwrap();
-    let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
-    std::fs::write(inner.join("cgroup.procs"), busy.id().to_string()).unwrap();
-    let before = cachescope_cgroups::cpu_usage_usec(&inner).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("rec");
-    let out = bin()
-        .args(["record", "--containers", &format!("{base}/**"), "--duration", "2s", "--output"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(&inner).unwrap() - before) as i64 * 1000;
-    let _ = busy.kill();
-    let _ = busy.wait();
-    std::thread::sleep(Duration::from_millis(100));
-    let _ = std::fs::remove_dir(&inner);
+    let (inner, mut busy) = busy_child(&sb.add("outer").unwrap());
+    let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/**"), &inner, &mut busy);
     drop(sb);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let (batches, md) = read(&parquet_files(&out_dir));
+    let (batches, md) = read(&parquet_files(&dir.path().join("rec")));
     let rs = rows(&batches);
     let of = |n: &str| -> Vec<&R> { rs.iter().filter(|r| r.id.starts_with(&format!("{base}_{n}-"))).collect() };
     let (o, i) = (of("outer"), of("outer_inner"));
