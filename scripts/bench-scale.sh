@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Cost of one 1 ms interval against the number of containers, on the emulated platform
+# (2 L3 domains × 8 CPUs, every container running), in virtual time (--fast) so the whole
+# cost is measured whatever it is: CPU per interval (user + sys over the intervals worked
+# through) and what share of real time that is at 1 ms (over 100 % the run cannot keep up).
+# The cost includes the emulator (cache model and emulated counter reads) and the Parquet
+# writer. Usage: scripts/bench-scale.sh [SECONDS [COUNTS...]] (default 1 s; 10 100 300 1000).
+set -euo pipefail
+secs=${1:-1}
+shift || true
+counts=("$@")
+[ ${#counts[@]} -gt 0 ] || counts=(10 100 300 1000)
+cd "$(dirname "$0")/.."
+cargo build --release -q -p cachescope
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+printf '%10s %12s %14s %14s\n' containers intervals "us/interval" "% of 1 ms"
+for n in "${counts[@]}"; do
+  {
+    printf '[platform]\nmodel = "intel-xeon-platinum-8160"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n'
+    for i in $(seq 0 $((n - 1))); do
+      printf '\n[[container]]\nname = "c%04d"\ncpus = [%d]\nfootprint_mib = %d\nbandwidth_mbps = %d\nstart_ms = 0\n' \
+        "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
+    done
+  } >"$work/s.toml"
+  rm -rf "$work/rec"
+  /usr/bin/time -f 'TIME %e %U %S' target/release/cachescope record --scenario "$work/s.toml" --fast \
+    --duration "${secs}s" --output "$work/rec" 2>"$work/err" || { cat "$work/err"; exit 1; }
+  read -r _ _ user sys < <(grep '^TIME' "$work/err")
+  awk -v n="$n" -v u="$user" -v s="$sys" -v secs="$secs" 'BEGIN {
+    k = secs * 1000; us = (u + s) * 1e6 / k
+    printf "%10d %12d %14.1f %14.1f\n", n, k, us, us / 10
+  }'
+done
