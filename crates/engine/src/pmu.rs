@@ -78,8 +78,6 @@ impl Totals {
 #[derive(Default)]
 pub struct Join {
     slots: BTreeMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
-    /// Slots of containers no longer followed (dropped).
-    pub orphans: u64,
 }
 
 impl Join {
@@ -93,10 +91,8 @@ impl Join {
 
     pub fn push(&mut self, samples: &mut Vec<PmuSample>) {
         for s in samples.drain(..) {
-            let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else {
-                self.orphans += 1;
-                continue;
-            };
+            // Slots of a container no longer followed are dropped.
+            let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else { continue };
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
             doms.entry(s.domain).or_default().push_back((s.end, t));

@@ -415,7 +415,6 @@ fn run_loop(
         }
         let limit = match (info.sampling, st.watermark) {
             (Sampling::Tick, _) | (_, None) => t,
-            (_, Some(m)) if last => m.max(st.step).min(t),
             (_, Some(m)) => m.min(t),
         };
         due(info.sampling, opts.interval, wake, st.step, limit, &mut times);
