@@ -220,10 +220,13 @@ impl PmuColumns {
                 None => cpu_ns = *x,
             }
         }
-        match self.cpu_ns.get_mut(meta.id.as_str()) {
-            Some(n) => *n += cpu_ns,
-            None => {
-                self.cpu_ns.insert(meta.id.clone(), cpu_ns);
+        // The header's per-container CPU line is shown only where no hardware event counts.
+        if !self.counted.pmu.iter().any(|&b| b) {
+            match self.cpu_ns.get_mut(meta.id.as_str()) {
+                Some(n) => *n += cpu_ns,
+                None => {
+                    self.cpu_ns.insert(meta.id.clone(), cpu_ns);
+                }
             }
         }
         PmuSample { container: meta.clone(), domain, end, values: v, cpu_ns }
