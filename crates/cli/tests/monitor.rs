@@ -124,25 +124,20 @@ fn emulated_resctrl_possible() -> bool {
     true
 }
 
+/// `monitor --backend resctrl` on the emulated filesystem playing the noisy-neighbour scenario.
+fn emulated_resctrl(extra: &[&str]) -> Output {
+    let s = scenario();
+    let mut args = vec!["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario", &s];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 #[test]
 fn resctrl_backend_on_the_emulated_filesystem() {
     if !emulated_resctrl_possible() {
         return;
     }
-    let s = scenario();
-    let out = run(&[
-        "monitor",
-        "--backend",
-        "resctrl",
-        "--emulate",
-        "intel-xeon-platinum-8160",
-        "--scenario",
-        &s,
-        "--duration",
-        "3200ms",
-        "--print-every",
-        "1s",
-    ]);
+    let out = emulated_resctrl(&["--duration", "3200ms", "--print-every", "1s"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     println!("{text}");
@@ -353,19 +348,7 @@ fn leftovers_of_a_killed_run_are_cleaned() {
     let mount = std::env::temp_dir().join(format!("cachescope-resctrl-{dead}-0"));
     std::fs::create_dir_all(&mount).unwrap();
     let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mount).status().unwrap();
-    let s = scenario();
-    let out = run(&[
-        "monitor",
-        "--backend",
-        "resctrl",
-        "--emulate",
-        "intel-xeon-platinum-8160",
-        "--scenario",
-        &s,
-        "--duration",
-        "300ms",
-        "--plain",
-    ]);
+    let out = emulated_resctrl(&["--duration", "300ms", "--plain"]);
     let err = String::from_utf8_lossy(&out.stderr);
     let reaped = idle.try_wait().unwrap().is_some() || {
         std::thread::sleep(std::time::Duration::from_millis(200));
