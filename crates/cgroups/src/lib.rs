@@ -12,6 +12,7 @@ pub mod watch;
 
 use cachescope_platform::mountinfo::{self, CgroupLayout};
 use identity::{identify, Glob, Identity};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -77,8 +78,12 @@ impl Hierarchy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Container {
     pub identity: Identity,
-    /// Relative to the hierarchy root, `/`-separated, no leading slash.
+    /// Relative to the hierarchy root, `/`-separated, no leading slash, as text
+    /// ([`path_text`]: bytes that are not UTF-8 written `\xHH`).
     pub cgroup_path: String,
+    /// The same path, exact: what the directory is reached by, and the key that tells two
+    /// cgroups apart whose text is the same.
+    pub rel: PathBuf,
     /// The directory's inode; None if it vanished before it could be read.
     pub cgroup_id: Option<u64>,
     /// Human name from the runtime's local state, where readable without a daemon.
@@ -90,34 +95,50 @@ pub struct Container {
 /// nearest enclosing container).
 pub fn scan(root: &Path, globs: &[Glob]) -> Result<Vec<Container>, CgroupError> {
     let mut out = Vec::new();
-    scan_under(root, "", globs, &mut out)?;
+    walk(root, Path::new(""), globs, &mut out, 0)?;
     Ok(out)
 }
 
-/// As [`scan`], for the subtree at `rel` (which may itself be a container).
-pub fn scan_under(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>) -> Result<(), CgroupError> {
-    walk(root, rel, globs, out, 0)
-}
-
-fn walk(root: &Path, rel: &str, globs: &[Glob], out: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
-    if !rel.is_empty() {
-        if let Some(identity) = identify(rel, globs) {
-            out.push(describe(root, rel, identity));
-        }
+fn walk(root: &Path, rel: &Path, globs: &[Glob], out: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
+    if let Some(c) = found(root, rel, globs) {
+        out.push(c);
     }
     if depth >= MAX_DEPTH {
         return Ok(());
     }
     for n in subdirs(&root.join(rel))? {
-        let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
-        walk(root, &child, globs, out, depth + 1)?;
+        walk(root, &rel.join(n), globs, out, depth + 1)?;
     }
     Ok(())
 }
 
-/// [`cachescope_platform::fsutil::subdirs`] with the path in the error.
-pub(crate) fn subdirs(dir: &Path) -> Result<Vec<String>, CgroupError> {
-    cachescope_platform::fsutil::subdirs(dir).map_err(|error| CgroupError::Io { path: dir.to_path_buf(), error })
+/// The container at `rel`, if its path names one.
+pub(crate) fn found(root: &Path, rel: &Path, globs: &[Glob]) -> Option<Container> {
+    if rel.as_os_str().is_empty() {
+        return None;
+    }
+    let text = path_text(rel);
+    identify(&text, globs).map(|identity| describe(root, rel, text, identity))
+}
+
+/// A cgroup path as text: UTF-8 as it is, every byte that is not written `\xHH`. Any bytes
+/// make a cgroup name, and a name that is not UTF-8 must not hide a container (nor its
+/// subtree); the exact path stays beside the text ([`Container::rel`]).
+pub fn path_text(rel: &Path) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for chunk in rel.as_os_str().as_bytes().utf8_chunks() {
+        s.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(s, "\\x{b:02x}");
+        }
+    }
+    s
+}
+
+/// Names of the subdirectories of `dir`, whatever their bytes, sorted; none if it is gone.
+pub(crate) fn subdirs(dir: &Path) -> Result<Vec<std::ffi::OsString>, CgroupError> {
+    cachescope_platform::fsutil::subdirs_os(dir).map_err(|error| CgroupError::Io { path: dir.to_path_buf(), error })
 }
 
 /// CPU time used by the cgroup at `dir` in µs (`usage_usec` of `cpu.stat`, present on every
@@ -127,11 +148,11 @@ pub fn cpu_usage_usec(dir: &Path) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix("usage_usec ")).and_then(|v| v.trim().parse().ok())
 }
 
-/// Fill in cgroup id and name for an identified path.
-pub fn describe(root: &Path, rel: &str, identity: Identity) -> Container {
+/// Fill in cgroup id and name for an identified path (`text` is [`path_text`] of `rel`).
+pub fn describe(root: &Path, rel: &Path, text: String, identity: Identity) -> Container {
     let cgroup_id = std::fs::metadata(root.join(rel)).ok().map(|m| m.ino());
     let name = docker_name(Path::new("/var/lib/docker/containers"), &identity);
-    Container { identity, cgroup_path: rel.to_string(), cgroup_id, name }
+    Container { identity, cgroup_path: text, rel: rel.to_path_buf(), cgroup_id, name }
 }
 
 /// Docker keeps each container's name in `containers/<id>/config.v2.json` ("Name": "/web").
@@ -147,14 +168,14 @@ pub fn docker_name(containers_dir: &Path, id: &Identity) -> Option<String> {
 
 /// Thread ids in the container's cgroup and all its descendants (`cgroup.threads` on v2,
 /// `tasks` on v1). Threads and cgroups that vanish meanwhile are skipped.
-pub fn threads(root: &Path, rel: &str, v2: bool) -> Result<Vec<u32>, CgroupError> {
-    gather(&root.join(rel), if v2 { "cgroup.threads" } else { "tasks" }, &[])
+pub fn threads(root: &Path, rel: impl AsRef<Path>, v2: bool) -> Result<Vec<u32>, CgroupError> {
+    gather(&root.join(rel.as_ref()), if v2 { "cgroup.threads" } else { "tasks" }, &[])
 }
 
 /// As [`threads`] on cgroup v2, leaving out the subtrees at `except` (the directories of
 /// containers nested in this one: their threads are theirs).
-pub fn threads_except(root: &Path, rel: &str, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
-    gather(&root.join(rel), "cgroup.threads", except)
+pub fn threads_except(root: &Path, rel: impl AsRef<Path>, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
+    gather(&root.join(rel.as_ref()), "cgroup.threads", except)
 }
 
 fn gather(dir: &Path, file: &str, except: &[PathBuf]) -> Result<Vec<u32>, CgroupError> {
@@ -216,6 +237,13 @@ mod tests {
         assert!(!h.v2 && h.root == Path::new("/sys/fs/cgroup/cpu,cpuacct") && h.description.contains("v1"));
         assert!(with_mountinfo("33 31 0:30 / /m rw - cgroup cgroup rw,memory\n").is_err());
         assert!(with_mountinfo("").unwrap_err().to_string().contains("no cgroup hierarchy"));
+    }
+
+    #[test]
+    fn path_text_writes_bytes_that_are_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"a\xff\xfe/b\xc3\xa9/c\\x2d"));
+        assert_eq!(path_text(p), "a\\xff\\xfe/b\u{e9}/c\\x2d");
     }
 
     #[test]

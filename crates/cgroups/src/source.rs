@@ -16,11 +16,11 @@ pub struct HostContainers {
     watcher: Option<Watcher>,
     events: Receiver<Event>,
     root: PathBuf,
-    /// id → cgroup path (relative to the root) of the containers running.
-    by_id: BTreeMap<String, String>,
-    /// cgroup path → the id it was reported under (unique: a second cgroup claiming a
+    /// id → exact cgroup path (relative to the root) of the containers running.
+    by_id: BTreeMap<String, PathBuf>,
+    /// exact cgroup path → the id it was reported under (unique: a second cgroup claiming a
     /// runtime id already in use is reported as `ID@PATH`, never hidden behind the first).
-    by_path: BTreeMap<String, String>,
+    by_path: BTreeMap<PathBuf, String>,
     what: String,
 }
 
@@ -52,15 +52,22 @@ impl ContainerSource for HostContainers {
             let c = ev.container;
             match ev.kind {
                 Lifecycle::Started => {
-                    if self.by_path.contains_key(&c.cgroup_path) {
+                    if self.by_path.contains_key(&c.rel) {
                         continue;
                     }
                     let mut id = c.identity.id.clone();
                     if self.by_id.contains_key(&id) {
                         id = format!("{id}@{}", c.cgroup_path);
                     }
-                    self.by_id.insert(id.clone(), c.cgroup_path.clone());
-                    self.by_path.insert(c.cgroup_path.clone(), id.clone());
+                    // Two paths whose text is the same (one not UTF-8): both are reported.
+                    let base = id.clone();
+                    let mut n = 1;
+                    while self.by_id.contains_key(&id) {
+                        n += 1;
+                        id = format!("{base}#{n}");
+                    }
+                    self.by_id.insert(id.clone(), c.rel.clone());
+                    self.by_path.insert(c.rel.clone(), id.clone());
                     let meta = Arc::new(ContainerMeta {
                         id,
                         name: c.name.clone(),
@@ -71,12 +78,12 @@ impl ContainerSource for HostContainers {
                     out.push(Change::Started(Container {
                         meta,
                         cgroup_id: c.cgroup_id,
-                        dir: Some(self.root.join(&c.cgroup_path)),
+                        dir: Some(self.root.join(&c.rel)),
                         cpus: None,
                     }));
                 }
                 Lifecycle::Stopped => {
-                    if let Some(id) = self.by_path.remove(&c.cgroup_path) {
+                    if let Some(id) = self.by_path.remove(&c.rel) {
                         self.by_id.remove(&id);
                         out.push(Change::Stopped(id));
                     }
@@ -89,9 +96,8 @@ impl ContainerSource for HostContainers {
     /// Its threads, less those of containers nested in it (theirs).
     fn threads(&self, id: &str) -> std::io::Result<Vec<u32>> {
         let Some(rel) = self.by_id.get(id) else { return Ok(Vec::new()) };
-        let below = format!("{rel}/");
-        let nested: Vec<std::path::PathBuf> =
-            self.by_path.keys().filter(|p| p.starts_with(&below)).map(|p| self.root.join(p)).collect();
+        let nested: Vec<PathBuf> =
+            self.by_path.keys().filter(|p| *p != rel && p.starts_with(rel)).map(|p| self.root.join(p)).collect();
         threads_except(&self.root, rel, &nested).map_err(std::io::Error::other)
     }
 

@@ -7,9 +7,10 @@
 //! set of known containers keyed by path and cgroup id. Events leave one thread, in order.
 
 use crate::identity::{identify, Glob};
-use crate::{describe, CgroupError, Container};
+use crate::{found, path_text, CgroupError, Container};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -37,8 +38,9 @@ struct State {
     root: PathBuf,
     globs: Vec<Glob>,
     inotify: Inotify,
-    wd_path: HashMap<WatchDescriptor, String>,
-    known: BTreeMap<String, Container>,
+    /// Exact paths (relative to the root): names need not be UTF-8.
+    wd_path: HashMap<WatchDescriptor, PathBuf>,
+    known: BTreeMap<PathBuf, Container>,
     tx: Sender<Event>,
 }
 
@@ -48,17 +50,13 @@ impl State {
     }
 
     /// Watch and walk the subtree at `rel`, collecting containers into `found`.
-    fn sync_subtree(&mut self, rel: &str, found: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
-        if !rel.is_empty() {
-            // A container, and still watched and searched: containers nest.
-            if let Some(identity) = identify(rel, &self.globs) {
-                found.push(describe(&self.root, rel, identity));
-            }
-        }
+    fn sync_subtree(&mut self, rel: &Path, out: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
+        // A container, and still watched and searched: containers nest.
+        out.extend(found(&self.root, rel, &self.globs));
         let dir = self.root.join(rel);
         match self.inotify.watches().add(&dir, WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR) {
             Ok(wd) => {
-                self.wd_path.insert(wd, rel.to_string());
+                self.wd_path.insert(wd, rel.to_path_buf());
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             // ENOTDIR: a file raced in under that name; ENOSPC: out of watches, where the
@@ -70,46 +68,40 @@ impl State {
             return Ok(());
         }
         for n in crate::subdirs(&dir)? {
-            let child = if rel.is_empty() { n } else { format!("{rel}/{n}") };
-            self.sync_subtree(&child, found, depth + 1)?;
+            self.sync_subtree(&rel.join(n), out, depth + 1)?;
         }
         Ok(())
     }
 
     fn start_if_new(&mut self, c: Container) {
-        match self.known.get(&c.cgroup_path) {
+        match self.known.get(&c.rel) {
             Some(k) if k.cgroup_id == c.cgroup_id || c.cgroup_id.is_none() => {}
             Some(_) => {
                 // Same path, new directory: the old one is gone.
-                if let Some(old) = self.known.remove(&c.cgroup_path) {
+                if let Some(old) = self.known.remove(&c.rel) {
                     self.emit(Lifecycle::Stopped, old);
                 }
-                self.known.insert(c.cgroup_path.clone(), c.clone());
+                self.known.insert(c.rel.clone(), c.clone());
                 self.emit(Lifecycle::Started, c);
             }
             None => {
-                self.known.insert(c.cgroup_path.clone(), c.clone());
+                self.known.insert(c.rel.clone(), c.clone());
                 self.emit(Lifecycle::Started, c);
             }
         }
     }
 
-    fn stop_under(&mut self, rel: &str) {
-        let prefix = format!("{rel}/");
+    fn stop_under(&mut self, rel: &Path) {
         // cgroupfs does not always send IN_IGNORED for a removed directory: drop its watches
         // (and its descendants') explicitly. EINVAL means the kernel already did.
-        let stale: Vec<WatchDescriptor> = self
-            .wd_path
-            .iter()
-            .filter(|(_, p)| p.as_str() == rel || p.starts_with(&prefix))
-            .map(|(wd, _)| wd.clone())
-            .collect();
+        // (Path::starts_with compares whole components.)
+        let stale: Vec<WatchDescriptor> =
+            self.wd_path.iter().filter(|(_, p)| p.starts_with(rel)).map(|(wd, _)| wd.clone()).collect();
         for wd in stale {
             self.wd_path.remove(&wd);
             let _ = self.inotify.watches().remove(wd);
         }
-        let gone: Vec<String> =
-            self.known.keys().filter(|p| p.as_str() == rel || p.starts_with(&prefix)).cloned().collect();
+        let gone: Vec<PathBuf> = self.known.keys().filter(|p| p.starts_with(rel)).cloned().collect();
         for p in gone {
             if let Some(c) = self.known.remove(&p) {
                 self.emit(Lifecycle::Stopped, c);
@@ -120,17 +112,16 @@ impl State {
     /// Full rescan: watches for every directory, Started/Stopped for every difference.
     fn reconcile(&mut self) -> Result<(), CgroupError> {
         let mut found = Vec::new();
-        let before: Vec<(WatchDescriptor, String)> = self.wd_path.drain().collect();
-        self.sync_subtree("", &mut found, 0)?;
+        let before: Vec<(WatchDescriptor, PathBuf)> = self.wd_path.drain().collect();
+        self.sync_subtree(Path::new(""), &mut found, 0)?;
         // Watches of directories that no longer exist (their removal event was lost).
         for (wd, _) in before {
             if !self.wd_path.contains_key(&wd) {
                 let _ = self.inotify.watches().remove(wd);
             }
         }
-        let present: BTreeMap<String, Option<u64>> =
-            found.iter().map(|c| (c.cgroup_path.clone(), c.cgroup_id)).collect();
-        let gone: Vec<String> = self
+        let present: BTreeMap<PathBuf, Option<u64>> = found.iter().map(|c| (c.rel.clone(), c.cgroup_id)).collect();
+        let gone: Vec<PathBuf> = self
             .known
             .iter()
             .filter(|(p, c)| present.get(*p).is_none_or(|id| id.is_some() && *id != c.cgroup_id))
@@ -147,7 +138,7 @@ impl State {
         Ok(())
     }
 
-    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<String>) -> Result<(), CgroupError> {
+    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<OsString>) -> Result<(), CgroupError> {
         if mask.contains(EventMask::Q_OVERFLOW) {
             return self.reconcile();
         }
@@ -159,15 +150,22 @@ impl State {
         if !mask.contains(EventMask::ISDIR) {
             return Ok(());
         }
-        let rel = if parent.is_empty() { name } else { format!("{parent}/{name}") };
+        let rel = parent.join(name);
         if mask.contains(EventMask::CREATE) {
             let mut found = Vec::new();
-            self.sync_subtree(&rel, &mut found, rel.matches('/').count() + 1)?;
+            self.sync_subtree(&rel, &mut found, rel.components().count())?;
             if found.is_empty() {
                 // Created and removed before we looked: still a container that started and
                 // stopped, if its name says so.
-                if let Some(identity) = identify(&rel, &self.globs) {
-                    found.push(Container { identity, cgroup_path: rel.clone(), cgroup_id: None, name: None });
+                let text = path_text(&rel);
+                if let Some(identity) = identify(&text, &self.globs) {
+                    found.push(Container {
+                        identity,
+                        cgroup_path: text,
+                        rel: rel.clone(),
+                        cgroup_id: None,
+                        name: None,
+                    });
                 }
             }
             for c in found {
@@ -254,8 +252,8 @@ fn run(
         // for the duration of the call.
         let n = unsafe { libc::poll(&mut pfd, 1, 50) };
         if n > 0 {
-            let events: Vec<(WatchDescriptor, EventMask, Option<String>)> = match st.inotify.read_events(&mut buf) {
-                Ok(evs) => evs.map(|e| (e.wd, e.mask, e.name.and_then(|n| n.to_str().map(String::from)))).collect(),
+            let events: Vec<(WatchDescriptor, EventMask, Option<OsString>)> = match st.inotify.read_events(&mut buf) {
+                Ok(evs) => evs.map(|e| (e.wd, e.mask, e.name.map(|n| n.to_os_string()))).collect(),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
                 Err(error) => return Err(CgroupError::Io { path: "inotify read".into(), error }),
             };

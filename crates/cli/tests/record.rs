@@ -80,6 +80,7 @@ struct R {
     cycles: Option<i64>,
     cpu_ns: Option<i64>,
     status: String,
+    path: String,
 }
 
 fn rows(batches: &[RecordBatch]) -> Vec<R> {
@@ -96,7 +97,7 @@ fn rows(batches: &[RecordBatch]) -> Vec<R> {
             i64c("cycles"),
             i64c("cpu_ns"),
         );
-        let (id, st) = (strc("container_id"), strc("status"));
+        let (id, st, path) = (strc("container_id"), strc("status"), strc("cgroup_path"));
         let dom = b.column_by_name("domain").unwrap().as_primitive::<Int32Type>().clone();
         let opt = |a: &arrow_array::Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
         for i in 0..b.num_rows() {
@@ -111,6 +112,7 @@ fn rows(batches: &[RecordBatch]) -> Vec<R> {
                 cycles: opt(&cyc, i),
                 cpu_ns: opt(&cpu, i),
                 status: st.value(i).to_string(),
+                path: path.value(i).to_string(),
             });
         }
     }
@@ -619,9 +621,28 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
             d
         })
         .collect();
+    // A container below a name that is not UTF-8, with a busy process, and a twin whose name
+    // reads the same as text (`hide\xff` literally).
+    let hidden_id = "5e2d3f4a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e";
+    let hidden: Vec<PathBuf> = [&b"hide\xff"[..], &b"hide\\xff"[..]]
+        .iter()
+        .map(|p| {
+            use std::os::unix::ffi::OsStrExt;
+            let parent = sb.dir().join(std::ffi::OsStr::from_bytes(p));
+            let d = parent.join(format!("docker-{hidden_id}.scope"));
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    let mut hidden_busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::fs::write(hidden[0].join("cgroup.procs"), hidden_busy.id().to_string()).unwrap();
     let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/c"), &inner, &mut busy);
-    for d in &dups {
+    let _ = hidden_busy.kill();
+    let _ = hidden_busy.wait();
+    std::thread::sleep(Duration::from_millis(100));
+    for d in dups.iter().chain(&hidden) {
         let _ = std::fs::remove_dir(d);
+        let _ = std::fs::remove_dir(d.parent().unwrap());
     }
     drop(sb);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -631,12 +652,19 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
     let ids: std::collections::BTreeSet<&str> = rs.iter().map(|r| r.id.as_str()).collect();
     let with_id: Vec<&&str> = ids.iter().filter(|i| i.starts_with(id)).collect();
     assert_eq!(with_id.len(), 2, "both cgroups with id {id}: {ids:?}");
+    let with_hidden: Vec<&&str> = ids.iter().filter(|i| i.starts_with(hidden_id)).collect();
+    assert_eq!(with_hidden.len(), 2, "both cgroups below names read as hide\\xff: {ids:?}");
+    let paths: std::collections::BTreeSet<&str> =
+        rs.iter().filter(|r| r.id.starts_with(hidden_id)).map(|r| r.path.as_str()).collect();
+    assert!(paths.iter().all(|p| p.starts_with(&format!("{base}/hide\\xff/"))), "{paths:?}");
     let pmu = md.get("cachescope.pmu").cloned().unwrap_or_default();
     if pmu.starts_with("off") {
         return println!("PMU unavailable here ({pmu}): no CPU time to check");
     }
     let c_ns: i64 = rs.iter().filter(|r| r.id.starts_with(&format!("{base}_c"))).filter_map(|r| r.cpu_ns).sum();
     println!("container c: {c_ns} ns of CPU in rows; its child cgroup used {cpu_ns} ns ({ids:?})");
+    let hidden_ns: i64 = rs.iter().filter(|r| r.id.starts_with(hidden_id)).filter_map(|r| r.cpu_ns).sum();
+    assert!(hidden_ns >= 500_000_000, "the busy container below a non-UTF-8 name: {hidden_ns} ns in 2 s");
     // Up to 10 % over: interrupt time (see host_without_cache_monitoring_records_cpu_time_and_serves).
     assert!(c_ns >= cpu_ns * 6 / 10 && c_ns <= cpu_ns * 11 / 10 + 50_000_000, "{c_ns} of {cpu_ns}");
 }

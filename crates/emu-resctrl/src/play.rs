@@ -103,7 +103,7 @@ impl ContainerSource for Play {
         if !self.running.contains_key(id) {
             return Ok(Vec::new());
         }
-        threads(&self.root, &format!("{}/{id}", self.sandbox.rel()), true).map_err(std::io::Error::other)
+        threads(&self.root, format!("{}/{id}", self.sandbox.rel()), true).map_err(std::io::Error::other)
     }
 
     fn cpu_usage_usec(&self, id: &str) -> Option<u64> {

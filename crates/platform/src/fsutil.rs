@@ -1,5 +1,6 @@
 //! Small filesystem walks shared by the readers of kernel trees (cgroupfs, resctrl).
 
+use std::ffi::OsString;
 use std::io;
 use std::path::Path;
 
@@ -7,15 +8,20 @@ use std::path::Path;
 /// resctrl groups vanish while we walk: a normal event, not an error). Names that are not
 /// UTF-8 are skipped.
 pub fn subdirs(dir: &Path) -> io::Result<Vec<String>> {
+    Ok(subdirs_os(dir)?.into_iter().filter_map(|n| n.into_string().ok()).collect())
+}
+
+/// As [`subdirs`], with names that are not UTF-8 too (any bytes make a directory name).
+pub fn subdirs_os(dir: &Path) -> io::Result<Vec<OsString>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut names: Vec<String> = entries
+    let mut names: Vec<OsString> = entries
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
+        .map(|e| e.file_name())
         .collect();
     names.sort();
     Ok(names)
