@@ -17,6 +17,7 @@ use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -81,6 +82,16 @@ impl ContainerSource for Play {
             let (_, stop, name) = self.pending.remove(i);
             let mut idle = Command::new("sleep");
             idle.arg("infinity");
+            // Killed with us, even by SIGKILL (the thread that spawns it runs the whole run).
+            // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                idle.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
             self.sandbox.spawn(&name, idle).map_err(|e| e.to_string())?;
             let rel = format!("{}/{name}", self.sandbox.rel());
             let dir = self.root.join(&rel);
