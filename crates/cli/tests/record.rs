@@ -489,8 +489,15 @@ fn host_drive_case(pmu: &str, source: &str) {
     } else {
         assert!(mbm > 0);
     }
-    // Hundreds of MB of fills into a few tens of MiB: full, within one upscale unit, never over.
-    assert!(occ > l3 * 9 / 10 && occ <= l3, "{occ} of {l3}");
+    // Hundreds of MB of fills into a few tens of MiB: full, never over. (Busy containers of
+    // other tests, recognised host-wide by their runtime's name, may share it: the domain's
+    // sum over every container is what fills.)
+    let mut sums: std::collections::BTreeMap<(i64, i32), i64> = Default::default();
+    for r in &rs {
+        *sums.entry((r.t, r.domain)).or_default() += r.occ.unwrap_or(0);
+    }
+    let full = sums.values().copied().max().unwrap_or(0);
+    assert!(occ > 0 && full > l3 * 9 / 10 && occ <= l3, "{occ} (all containers: {full}) of {l3}");
     assert_eq!(idle.iter().filter_map(|r| r.total).sum::<i64>(), 0, "the idle container moved nothing");
     assert!(idle.iter().all(|r| r.occ.unwrap_or(0) == 0));
 }

@@ -202,9 +202,9 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
         let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
-        for a in self.attached.values() {
+        for a in self.attached.values().filter(|a| read(&a.meta.id)) {
             for &d in &a.domains {
                 let occ = if has_occ {
                     Some(self.reader.read(d, a.rmid, Event::L3Occupancy).map_err(read_err)?)

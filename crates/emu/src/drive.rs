@@ -8,41 +8,60 @@ use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::pmu::Totals;
 use cachescope_engine::world::World;
 use cachescope_engine::ContainerMeta;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Scenario containers, known by their name (docs/scenario.md), started and stopped on the
 /// scenario's schedule in the run's time.
 pub struct ScenarioContainers {
+    /// (name, start, stop), and the starts and stops in time order: a poll costs the changes
+    /// due, not a walk of every container (thousands are polled every millisecond).
     schedule: Vec<(String, Duration, Option<Duration>)>,
-    running: BTreeSet<String>,
-    done: BTreeSet<String>,
+    starts: Vec<usize>,
+    stops: Vec<usize>,
+    next_start: usize,
+    next_stop: usize,
+    running: Vec<bool>,
 }
 
 impl ScenarioContainers {
     pub fn new(s: &Scenario) -> ScenarioContainers {
-        let schedule = s
+        let schedule: Vec<(String, Duration, Option<Duration>)> = s
             .containers
             .iter()
             .map(|c| (c.name.clone(), Duration::from_millis(c.start_ms), c.stop_ms.map(Duration::from_millis)))
             .collect();
-        ScenarioContainers { schedule, running: BTreeSet::new(), done: BTreeSet::new() }
+        let mut starts: Vec<usize> = (0..schedule.len()).collect();
+        starts.sort_by_key(|&i| (schedule[i].1, i));
+        let mut stops: Vec<usize> = (0..schedule.len()).filter(|&i| schedule[i].2.is_some()).collect();
+        stops.sort_by_key(|&i| (schedule[i].2, i));
+        let running = vec![false; schedule.len()];
+        ScenarioContainers { schedule, starts, stops, next_start: 0, next_stop: 0, running }
     }
 }
 
 impl ContainerSource for ScenarioContainers {
     fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
-        for (name, start, stop) in &self.schedule {
-            let ended = stop.is_some_and(|s| s <= now);
-            if self.running.contains(name) {
-                if ended {
-                    self.running.remove(name);
-                    self.done.insert(name.clone());
-                    out.push(Change::Stopped(name.clone()));
-                }
-            } else if *start <= now && !ended && !self.done.contains(name) {
-                self.running.insert(name.clone());
+        // Stops first: a name that stops and another that starts in one poll are two changes;
+        // a container whose whole life falls between two polls never runs.
+        while let Some(&i) = self.stops.get(self.next_stop) {
+            if self.schedule[i].2.is_none_or(|s| s > now) {
+                break;
+            }
+            self.next_stop += 1;
+            if std::mem::take(&mut self.running[i]) {
+                out.push(Change::Stopped(self.schedule[i].0.clone()));
+            }
+        }
+        while let Some(&i) = self.starts.get(self.next_start) {
+            let (name, start, stop) = &self.schedule[i];
+            if *start > now {
+                break;
+            }
+            self.next_start += 1;
+            if stop.is_none_or(|s| s > now) {
+                self.running[i] = true;
                 out.push(Change::Started(Container { meta: ContainerMeta::named(name), ..Default::default() }));
             }
         }

@@ -14,7 +14,7 @@
 
 use crate::scenario::Scenario;
 use cachescope_hw::msr::Event;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 const STEP: Duration = Duration::from_millis(1);
@@ -43,12 +43,76 @@ impl Container {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+/// Resident bytes are stored divided by `scale`: an eviction, which shrinks every line by the
+/// same factor, is one multiplication of `scale` instead of a walk of every line (thousands of
+/// containers are stepped every millisecond). The sums per container and per RMID are kept
+/// the same way, so neither a fill nor an occupancy read walks the lines.
+#[derive(Debug, Clone)]
 struct Domain {
     lines: BTreeMap<(usize, u32), f64>,
+    /// Sums of `lines` per container index and per RMID, and in all.
+    by_container: Vec<f64>,
+    by_rmid: HashMap<u32, f64>,
+    total: f64,
+    scale: f64,
     mbm_total: BTreeMap<u32, f64>,
     mbm_local: BTreeMap<u32, f64>,
     has_data: BTreeSet<u32>,
+}
+
+impl Default for Domain {
+    fn default() -> Domain {
+        Domain {
+            lines: BTreeMap::new(),
+            by_container: Vec::new(),
+            by_rmid: HashMap::new(),
+            total: 0.0,
+            scale: 1.0,
+            mbm_total: BTreeMap::new(),
+            mbm_local: BTreeMap::new(),
+            has_data: BTreeSet::new(),
+        }
+    }
+}
+
+impl Domain {
+    fn resident_of(&self, i: usize) -> f64 {
+        self.by_container.get(i).copied().unwrap_or(0.0) * self.scale
+    }
+
+    fn fill(&mut self, i: usize, rmid: u32, bytes: f64) {
+        let stored = bytes / self.scale;
+        *self.lines.entry((i, rmid)).or_default() += stored;
+        if self.by_container.len() <= i {
+            self.by_container.resize(i + 1, 0.0);
+        }
+        self.by_container[i] += stored;
+        *self.by_rmid.entry(rmid).or_default() += stored;
+        self.total += stored;
+    }
+
+    /// Every resident line keeps `keep` of its bytes (random replacement, as a fluid).
+    fn shrink(&mut self, keep: f64) {
+        self.scale *= keep;
+        if self.scale < 1e-100 || self.lines.len() > 4 * (self.by_container.len() + self.by_rmid.len()) + 64 {
+            self.normalize();
+        }
+    }
+
+    /// Bytes stored as they are (scale 1), lines under a byte dropped, sums recomputed.
+    fn normalize(&mut self) {
+        let scale = std::mem::replace(&mut self.scale, 1.0);
+        self.lines.values_mut().for_each(|b| *b *= scale);
+        self.lines.retain(|_, b| *b >= 1.0);
+        self.by_container.iter_mut().for_each(|b| *b = 0.0);
+        self.by_rmid.clear();
+        self.total = 0.0;
+        for (&(i, r), &b) in &self.lines {
+            self.by_container[i] += b;
+            *self.by_rmid.entry(r).or_default() += b;
+            self.total += b;
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -163,21 +227,17 @@ impl CacheModel {
     }
 
     pub fn rmid_occupancy(&self, domain: u32, rmid: u32) -> f64 {
-        self.domains
-            .get(domain as usize)
-            .map_or(0.0, |d| d.lines.iter().filter(|((_, r), _)| *r == rmid).map(|(_, b)| b).sum())
+        self.domains.get(domain as usize).map_or(0.0, |d| d.by_rmid.get(&rmid).copied().unwrap_or(0.0) * d.scale)
     }
 
     pub fn container_occupancy(&self, domain: u32, name: &str) -> f64 {
         // Every entry of that name: a restarted driven container's old lines count too.
         let ids: Vec<usize> = (0..self.containers.len()).filter(|&i| self.containers[i].name == name).collect();
-        self.domains
-            .get(domain as usize)
-            .map_or(0.0, |d| d.lines.iter().filter(|((c, _), _)| ids.contains(c)).map(|(_, b)| b).sum())
+        self.domains.get(domain as usize).map_or(0.0, |d| ids.iter().map(|&i| d.resident_of(i)).sum())
     }
 
     pub fn domain_total(&self, domain: u32) -> f64 {
-        self.domains.get(domain as usize).map_or(0.0, |d| d.lines.values().sum())
+        self.domains.get(domain as usize).map_or(0.0, |d| d.total * d.scale)
     }
 
     /// The counter in upscale units, or None when the RMID has no data in that domain.
@@ -250,7 +310,7 @@ impl CacheModel {
                     *dom.mbm_local.entry(t).or_default() += per_cpu * local;
                     dom.has_data.insert(t);
                 }
-                let resident: f64 = dom.lines.iter().filter(|((ci, _), _)| *ci == i).map(|(_, b)| b).sum();
+                let resident = dom.resident_of(i);
                 let gap = (footprint - resident).max(0.0);
                 let mut fill = traffic * (gap / footprint);
                 if self.jitter > 0.0 {
@@ -266,17 +326,25 @@ impl CacheModel {
                 fills.iter_mut().for_each(|f| f.2 *= k);
                 total_fill = l3;
             }
-            let resident: f64 = dom.lines.values().sum();
+            let resident = dom.total * dom.scale;
             let evict = (total_fill - (l3 - resident)).max(0.0);
             if evict > 0.0 && resident > 0.0 {
                 let keep = (1.0 - evict / resident).max(0.0);
-                dom.lines.values_mut().for_each(|b| *b *= keep);
-                dom.lines.retain(|_, b| *b >= 1.0);
+                if keep > 0.0 {
+                    dom.shrink(keep);
+                } else {
+                    *dom = Domain {
+                        mbm_total: std::mem::take(&mut dom.mbm_total),
+                        mbm_local: std::mem::take(&mut dom.mbm_local),
+                        has_data: std::mem::take(&mut dom.has_data),
+                        ..Domain::default()
+                    };
+                }
             }
             for (i, tags, fill) in fills {
                 let per = fill / tags.len() as f64;
                 for t in tags {
-                    *dom.lines.entry((i, t)).or_default() += per;
+                    dom.fill(i, t, per);
                 }
             }
         }

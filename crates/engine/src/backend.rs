@@ -101,8 +101,9 @@ pub trait CacheBackend {
     fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> Result<Attach, String>;
     /// Stop monitoring a container (it stopped, or its RMID goes to a busier one).
     fn detach(&mut self, id: &str, now: Duration) -> Result<(), String>;
-    /// Read every attached container in every domain it can have data in.
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String>;
+    /// Read the attached containers that `read` wants (all of them but under overload, see
+    /// [`crate::budget`]) in every domain they can have data in.
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String>;
     /// Periodic upkeep: limbo, task resync, groups that vanished. Returns the containers it
     /// could no longer monitor (detached), with the reason.
     fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
@@ -161,8 +162,8 @@ impl CacheBackend for Unsupported {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
-        for meta in self.attached.values() {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+        for meta in self.attached.values().filter(|m| read(&m.id)) {
             for &domain in &self.info.domains {
                 out.push(RawSample { status: Status::Unsupported, ..RawSample::new(meta.clone(), domain, now) });
             }

@@ -13,6 +13,7 @@
 //! sparse-row filter ([`sparse`]).
 
 pub mod backend;
+pub mod budget;
 pub mod clock;
 pub mod containers;
 pub mod derive;

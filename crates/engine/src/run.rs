@@ -9,6 +9,7 @@
 //! the PMU source has delivered their interval, and every sink gets them in time order.
 
 use crate::backend::{CacheBackend, Sampling};
+use crate::budget::ReadBudget;
 use crate::clock::{Clock, Wake};
 use crate::containers::{Change, ContainerSource};
 use crate::derive::Derive;
@@ -18,7 +19,8 @@ use crate::sched::{Lateness, TickerError};
 use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
 use crate::world::World;
-use std::collections::VecDeque;
+use cachescope_platform::clock::thread_cpu;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -91,6 +93,13 @@ struct State {
     changes: Vec<Change>,
     /// Containers reported stopped, detached after their last interval is read.
     stopped: Vec<String>,
+    /// Containers attached since the last sample: read in their first interval whatever
+    /// the budget (their first read is the baseline of their counters).
+    fresh: HashSet<String>,
+    budget: ReadBudget,
+    /// What reading containers cost in the last sample (the budget's variable part).
+    read_cost: Duration,
+    domains: Vec<u32>,
     raw: Vec<crate::backend::RawSample>,
     drained: Vec<PmuSample>,
     /// The last sample time worked through.
@@ -115,6 +124,7 @@ impl State {
                         pmu.follow(&c);
                         self.join.follow(c.id());
                     }
+                    self.fresh.insert(c.id().to_string());
                     self.slots
                         .start(c, self.p.backend.as_mut(), self.p.containers.as_ref(), at)
                         .map_err(part("attach"))?;
@@ -149,7 +159,16 @@ impl State {
             let join = &self.join;
             w.advance(at, &mut |id, d| join.peek(id, d, from, to));
         }
-        self.p.backend.collect(at, &mut self.raw).map_err(part("backend"))?;
+        // Under overload, who is read this interval (crate::budget); the new and the stopping
+        // always are. Containers without an RMID get their rows on the same terms.
+        let began = thread_cpu();
+        let (budget, join, fresh, stopped, domains) =
+            (&self.budget, &self.join, &self.fresh, &self.stopped, &self.domains);
+        let cpu = self.counted.cpu_ns;
+        let (from, to) = (self.origin + self.step, self.origin + at);
+        let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
+        let read = |id: &str| budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id);
+        self.p.backend.collect(at, &read, &mut self.raw).map_err(part("backend"))?;
         for s in self.raw.drain(..) {
             let row = self.derive.row(s, self.step);
             if row.status == Status::Error {
@@ -159,8 +178,8 @@ impl State {
         }
         // Containers without an RMID: a `no_rmid` row in every domain, made here only.
         let start_real = self.derive.start_real_ns();
-        for w in self.slots.waiting().values() {
-            for &domain in &self.p.backend.info().domains {
+        for w in self.slots.waiting().values().filter(|w| read(w.container.id())) {
+            for &domain in domains {
                 self.pending.push_back(Pending::Row(
                     at,
                     Row {
@@ -179,6 +198,9 @@ impl State {
                 ));
             }
         }
+        self.read_cost = thread_cpu().saturating_sub(began);
+        self.fresh.clear();
+        self.budget.next_interval();
         self.samples += 1;
         self.step = at;
         self.stop_containers(at)
@@ -255,6 +277,7 @@ impl State {
         if let Some(line) = self.p.pmu.as_mut().and_then(|p| p.header(period)) {
             extra.push(line);
         }
+        extra.extend(self.budget.describe(self.interval, self.slots.count()));
         let waiting: Vec<String> =
             self.slots.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
         if !waiting.is_empty() {
@@ -339,6 +362,10 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         pending: VecDeque::new(),
         changes: Vec::new(),
         stopped: Vec::new(),
+        fresh: HashSet::new(),
+        budget: ReadBudget::default(),
+        read_cost: Duration::ZERO,
+        domains: info.domains.clone(),
         raw: Vec::new(),
         drained: Vec::new(),
         step: Duration::ZERO,
@@ -374,6 +401,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
             Err(e) => note(RunError::Part { what: "sink", why: e }, &mut first_err),
         }
     }
+    st.messages.extend(st.budget.summary(opts.interval, st.samples));
     summary.samples = st.samples;
     summary.messages = std::mem::take(&mut st.messages);
     match first_err {
@@ -427,7 +455,12 @@ fn run_loop(
             if opts.stop.load(std::sync::atomic::Ordering::Relaxed) {
                 break;
             }
+            let began = thread_cpu();
             st.sample(at)?;
+            // In real time, each interval's cost sets how many the next one reads.
+            if !clock.is_virtual() {
+                st.budget.adjust(thread_cpu().saturating_sub(began), st.read_cost, opts.interval, st.slots.count());
+            }
         }
         if t.saturating_sub(last_upkeep) >= info.upkeep_every {
             last_upkeep = t;

@@ -137,8 +137,8 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
-        for a in self.attached.values_mut() {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+        for a in self.attached.values_mut().filter(|a| read(&a.meta.id)) {
             for &(domain, _) in &self.readers {
                 let mut s = RawSample::new(a.meta.clone(), domain, now);
                 for (_, name, k) in a.counters.iter_mut().filter(|(d, ..)| *d == domain) {

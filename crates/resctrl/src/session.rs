@@ -222,9 +222,9 @@ impl CacheBackend for ContainerGroups {
 
     /// Every group's counters: one sample per container and domain; a group that cannot be
     /// read (someone removed it) gives `error` samples and is re-created at the next upkeep.
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
         let mut vanished = Vec::new();
-        for (id, m) in &mut self.groups {
+        for (id, m) in self.groups.iter_mut().filter(|(id, _)| want(id)) {
             let read = match &mut m.reader {
                 Some(r) => r.read_all(&mut self.scratch),
                 None => Err(ReadError::Gone),

@@ -124,7 +124,7 @@ impl Run {
 
     fn sample(&mut self) -> Vec<Row> {
         let mut raw = Vec::new();
-        self.s.collect(Duration::ZERO, &mut raw).unwrap();
+        self.s.collect(Duration::ZERO, &|_| true, &mut raw).unwrap();
         raw.into_iter().map(|x| self.derive.row(x, Duration::ZERO)).collect()
     }
 

@@ -20,6 +20,9 @@ struct Fake {
     attached: BTreeMap<String, (Arc<ContainerMeta>, u32, Duration)>,
     limbo: Vec<u32>,
     log: Arc<Mutex<Vec<String>>>,
+    /// Counter modulus (the width's), and CPU time a read of one container costs.
+    wrap: u64,
+    cost: Duration,
 }
 
 impl Fake {
@@ -43,6 +46,8 @@ impl Fake {
             attached: BTreeMap::new(),
             limbo: Vec::new(),
             log,
+            wrap: 1024,
+            cost: Duration::ZERO,
         }
     }
 }
@@ -68,10 +73,14 @@ impl CacheBackend for Fake {
         }
         Ok(())
     }
-    fn collect(&mut self, now: Duration, out: &mut Vec<RawSample>) -> Result<(), String> {
-        for (meta, rmid, since) in self.attached.values() {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+        for (meta, rmid, since) in self.attached.values().filter(|a| read(&a.0.id)) {
             let counts = (now - *since).as_millis() as u64 * self.rate;
             self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
+            let t = std::time::Instant::now();
+            while t.elapsed() < self.cost {
+                std::hint::spin_loop();
+            }
             for &domain in &self.info.domains {
                 out.push(RawSample {
                     container: meta.clone(),
@@ -80,7 +89,7 @@ impl CacheBackend for Fake {
                     rmid: Some(*rmid),
                     status: Status::Ok,
                     occupancy_bytes: Some(counts.min(1000)),
-                    mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % 1024 }),
+                    mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % self.wrap }),
                     mbm_local: None,
                 });
             }
@@ -303,4 +312,34 @@ fn read_every_interval_but_attached_as_soon_as_reported() {
     let k = kept[0].lock().unwrap();
     let b: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == "b" && r.domain == 0).collect();
     assert_eq!(b[0].interval_ns, 100_000_000, "its first interval runs from the previous read");
+}
+
+/// Overload: 100 containers whose reads cost 2 ms per 1 ms interval, in real time. The run
+/// reads part of them each interval, in turn, and keeps up; each container's rows still add
+/// up to every byte it moved (a row spans everything since its previous one).
+#[test]
+fn overload_reads_in_turn_and_loses_nothing() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ids: Vec<&'static str> = (0..100).map(|i| &*Box::leak(format!("c{i:03}").into_boxed_str())).collect();
+    let script = Script(ids.iter().map(|&id| (id, 0, None)).collect(), Vec::new());
+    let mut fake = Fake::new(Sampling::Virtual, 200, log.clone());
+    (fake.wrap, fake.info.mbm_width, fake.cost) = (1 << 32, 32, Duration::from_micros(20));
+    let (p, kept) = parts(Box::new(fake), script, None, 1);
+    let o = Options { virtual_time: false, batch: Duration::from_millis(50), ..opts(1, 1000) };
+    let sum = run(p, &o).unwrap();
+    println!("{} wakes, {} missed, {:?}", sum.wakes, sum.missed, sum.messages);
+    assert!(sum.messages.iter().any(|m| m.starts_with("overloaded:")), "{:?}", sum.messages);
+    // Reading all would take 2 s of CPU for 1 s: it kept up (a first batch reads all).
+    assert!(sum.missed <= 3, "{} of {} wake-ups missed", sum.missed, sum.wakes);
+    let k = kept[0].lock().unwrap();
+    for id in &ids {
+        let rs: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == *id && r.domain == 0).collect();
+        assert!(rs.len() >= 10, "{id}: {} rows", rs.len());
+        let moved: u64 = rs.iter().filter_map(|r| r.mbm_total_bytes).sum();
+        let span = (rs.last().unwrap().time_ns - rs[0].time_ns) as u64 / 1_000_000;
+        assert_eq!(moved, span * 300 * 64, "{id}: every byte between its first and last row");
+        let longest = rs.windows(2).map(|w| w[1].interval_ns).max().unwrap();
+        assert!(longest <= 100_000_000, "{id}: read at least every 100 ms ({longest} ns)");
+    }
+    assert!(k.statuses.iter().any(|s| s.extra.iter().any(|l| l.starts_with("overloaded:"))));
 }
