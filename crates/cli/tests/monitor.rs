@@ -305,6 +305,14 @@ fn special_files_and_overflowing_numbers_are_refused() {
     one_line_error(&["monitor", "--scenario", over.to_str().unwrap(), "--fast"], 2, "cpus_per_domain");
 }
 
+/// A file on which the parquet crate itself panics (found by fuzzing `report`): one line that
+/// names it, exit 2, no panic message.
+#[test]
+fn report_of_a_file_the_parquet_reader_panics_on() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/malformed/parquet-thrift-unwrap.parquet");
+    one_line_error(&["report", f.to_str().unwrap()], 2, "parquet-thrift-unwrap.parquet: the Parquet reader failed");
+}
+
 /// Smaller refusals: a run too short to sample, a bandwidth of 0 (fractions are fine), an
 /// output directory on cgroupfs (mkdir there creates a cgroup).
 #[test]

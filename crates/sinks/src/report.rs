@@ -104,8 +104,31 @@ fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, SinkError
     Ok((0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i).to_string())).collect())
 }
 
+/// The parquet crate panics on some malformed files (an `unwrap` in its metadata decoder,
+/// found by fuzzing `report`): a read runs with the panic caught and reported as that file's
+/// error. The panic message is kept from the terminal meanwhile (`report` reads on one
+/// thread), and goes into the error.
+fn guarded<T>(path: &Path, read: impl FnOnce() -> Result<T, SinkError>) -> Result<T, SinkError> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
+    std::panic::set_hook(hook);
+    r.unwrap_or_else(|p| {
+        let why = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Err(SinkError::Parquet(format!(
+            "{}: the Parquet reader failed on it (malformed file: {})",
+            path.display(),
+            why.unwrap_or_default()
+        )))
+    })
+}
+
 /// The file-level key/value metadata (schema version, backend, ...).
 pub fn file_metadata(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
+    guarded(path, || metadata_of(path))
+}
+
+fn metadata_of(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
     let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
     let b = ParquetRecordBatchReaderBuilder::try_new(f)
         .map_err(|e| SinkError::Parquet(format!("{}: {e}", path.display())))?;
@@ -210,7 +233,7 @@ pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkE
     let mut first_err = None;
     let mut read = 0;
     for path in files {
-        match read_file(path, &mut by) {
+        match guarded(path, || read_file(path, &mut by)) {
             Ok(bad) => {
                 read += 1;
                 if bad > 0 {

@@ -1,0 +1,177 @@
+//! The bodies of the fuzz targets: every parser of input from outside the process, driven as
+//! far into the program as that input reaches. Any panic, abort, hang or unbounded allocation
+//! is a finding; refusals (an `Err`) are the expected outcome for most inputs.
+
+use cachescope_cgroups::identity::{identify, Glob};
+use cachescope_cmt::{Caps, MsrBackend};
+use cachescope_emu::{EmuPlatform, Scenario};
+use cachescope_engine::backend::{BackendInfo, CacheBackend, Sampling};
+use cachescope_engine::containers::{Container, ContainerSource};
+use cachescope_engine::ContainerMeta;
+use cachescope_hw::CpuInfo;
+use cachescope_platform::RecordedVector;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A scratch path of this process (fuzzers run one input at a time per process).
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("cachescope-fuzz-{}-{name}", std::process::id()))
+}
+
+struct NoSource;
+
+impl ContainerSource for NoSource {
+    fn poll(&mut self, _: Duration, _: &mut Vec<cachescope_engine::containers::Change>) -> Result<(), String> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        String::new()
+    }
+}
+
+/// A platform's emulated MSR backend, one tagged container attached and read: every size the
+/// platform took from its CPUID must be bounded.
+fn exercise_platform(p: EmuPlatform) {
+    let p = Arc::new(p);
+    let Some(max_rmid) = p.cpu_info().monitoring.max_rmid_any else { return };
+    let mut l3 = p.l3().clone();
+    l3.counter_width_linux = p.counter_width();
+    let caps = Caps::from_l3(&l3, max_rmid);
+    let cfg = cachescope_rmid::Config {
+        max_rmid: caps.max_rmid,
+        threshold_bytes: cachescope_rmid::Config::default_threshold(p.l3_bytes(), caps.max_rmid),
+        min_limbo: Duration::ZERO,
+    };
+    let info = BackendInfo {
+        label: "fuzz".into(),
+        cpuid: String::new(),
+        domains: Vec::new(),
+        upscale: 0,
+        l3_bytes: Some(p.l3_bytes()),
+        mbm_width: 0,
+        mbm_unit: 0,
+        sampling: Sampling::Virtual,
+        emulated: None,
+        upkeep_every: Duration::from_millis(10),
+        metadata: Vec::new(),
+    };
+    let mut b = MsrBackend::new(p.clone(), caps, &p.domains(), cfg, None, info);
+    let c = Container { meta: ContainerMeta::named("c"), cpus: Some(vec![0]), ..Default::default() };
+    if b.attach(&c, &NoSource, Duration::ZERO).is_err() {
+        return;
+    }
+    p.advance(Duration::from_millis(2));
+    let mut raw = Vec::new();
+    let _ = b.collect(Duration::from_millis(2), &|_| true, &mut raw);
+    let _ = b.upkeep(Duration::from_millis(2), &NoSource);
+    let _ = b.shutdown();
+}
+
+/// A CPUID vector file (`--emulate FILE`, `info --cpuid FILE`): parsed, decoded, and where it
+/// enumerates L3 monitoring, an emulated platform and its backend built on it.
+pub fn cpuid_vector(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(v) = RecordedVector::parse(text, Path::new("fuzz.json")) else { return };
+    let info = CpuInfo::decode(&v.snapshot());
+    let _ = info.summary();
+    if info.l3_monitoring_absence().is_some() {
+        return;
+    }
+    let path = scratch("vector.json");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let scenario =
+        format!("[platform]\nmodel = {:?}\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 2\n", path.to_string_lossy());
+    if let Ok(s) = Scenario::parse(&scenario, Path::new("fuzz.toml")) {
+        if let Ok(p) = EmuPlatform::new(&s) {
+            exercise_platform(p);
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// A scenario file (`--scenario`): parsed, and where valid, its platform built and run.
+pub fn scenario(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(s) = Scenario::parse(text, Path::new("fuzz.toml")) else { return };
+    // Models from files are another target's input; embedded ones only here.
+    if !cachescope_emu::model_names().contains(&s.platform.model.as_str()) {
+        return;
+    }
+    if let Ok(p) = EmuPlatform::new(&s) {
+        exercise_platform(p);
+    }
+}
+
+/// Cgroup paths and `--containers` globs: the first line is the glob list (`,`-separated),
+/// the rest are paths; any bytes (a cgroup name need not be UTF-8).
+pub fn cgroup_path(data: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    let mut lines = data.split(|&b| b == b'\n');
+    let globs: Vec<Glob> = lines
+        .next()
+        .map(|l| String::from_utf8_lossy(l).split(',').filter_map(|g| Glob::new(g).ok()).collect())
+        .unwrap_or_default();
+    for l in lines {
+        let text = cachescope_cgroups::path_text(Path::new(std::ffi::OsStr::from_bytes(l)));
+        if let Some(id) = identify(&text, &globs) {
+            // Every id is safe as a path component (a resctrl group name, a file name).
+            assert!(!id.id.is_empty() && !id.id.contains('/') && id.id != "." && id.id != "..", "{id:?}");
+            assert!(id.id.len() <= cachescope_cgroups::identity::MAX_ID_LEN, "{id:?}");
+        }
+        for g in &globs {
+            let _ = g.matches(&text);
+        }
+    }
+}
+
+/// What the kernel's files say, as a hostile or broken kernel (or FUSE server) could say it:
+/// resctrl's info and mon_data (the input's NUL-separated parts become the files of a resctrl
+/// tree), a counter value, mountinfo and CPU lists.
+pub fn kernel_text(data: &[u8]) {
+    let parts: Vec<&[u8]> = data.split(|&b| b == 0).collect();
+    let part = |i: usize| parts.get(i).copied().unwrap_or_default();
+    let _ = cachescope_resctrl::Value::parse(part(0));
+    let text = String::from_utf8_lossy(data);
+    let _ = cachescope_platform::mountinfo::parse(&text);
+    let _ = cachescope_hw::cpulist::parse(&text);
+    let _ = cachescope_platform::topology::parse_size(&text);
+    let root = scratch("resctrl");
+    let _ = std::fs::remove_dir_all(&root);
+    let mon = root.join("info/L3_MON");
+    if std::fs::create_dir_all(&mon).is_err() || std::fs::create_dir_all(root.join("mon_data")).is_err() {
+        return;
+    }
+    let files = ["num_rmids", "mon_features", "max_threshold_occupancy", "mbm_assign_mode", "num_mbm_cntrs"];
+    for (i, f) in files.iter().enumerate() {
+        if let Some(p) = parts.get(i + 1) {
+            let _ = std::fs::write(mon.join(f), p);
+        }
+    }
+    // Domain directories, named by the next part's lines (as `mon_L3_NN` would be).
+    for name in String::from_utf8_lossy(part(6)).lines().take(64) {
+        if !name.is_empty() && !name.contains('/') && name != "." && name != ".." {
+            let _ = std::fs::create_dir_all(root.join("mon_data").join(name).join("mon_sub_L3_01"));
+        }
+    }
+    let rc = cachescope_resctrl::Resctrl::at(&root);
+    let _ = rc.info();
+    let _ = rc.domains();
+    for name in String::from_utf8_lossy(part(7)).lines() {
+        let _ = cachescope_resctrl::id_of_group(name);
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A file given to `report`: any bytes, as a `.parquet` file.
+pub fn report_parquet(data: &[u8]) {
+    let path = scratch("in.parquet");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    let _ = cachescope_sinks::report::summarize(std::slice::from_ref(&path));
+    let _ = cachescope_sinks::report::file_metadata(&path);
+    let _ = std::fs::remove_file(&path);
+}
