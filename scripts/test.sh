@@ -12,5 +12,7 @@ echo "== tests"
 out="${CARGO_TARGET_DIR:-target}/test-output.txt"
 mkdir -p "$(dirname "$out")"
 cargo test --workspace --locked 2>&1 | tee "$out"
+echo "== fuzz (every target briefly; scripts/fuzz.sh with no argument runs 10 minutes each)"
+scripts/fuzz.sh "${CACHESCOPE_FUZZ_SECONDS:-10}"
 # One closing line over all test binaries.
 awk '/^test result:/ { p += $4; f += $6; i += $8 } END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, i }' "$out"

@@ -22,6 +22,8 @@ pub struct HostContainers {
     /// runtime id already in use is reported as `ID@PATH`, never hidden behind the first).
     by_path: BTreeMap<PathBuf, String>,
     what: String,
+    /// Said that the inotify watch limit was reached.
+    said_unwatched: bool,
 }
 
 impl HostContainers {
@@ -42,12 +44,20 @@ impl HostContainers {
             by_id: BTreeMap::new(),
             by_path: BTreeMap::new(),
             what,
+            said_unwatched: false,
         })
     }
 }
 
 impl ContainerSource for HostContainers {
     fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+        if let Some(n) = self.watcher.as_ref().map(Watcher::unwatched).filter(|&n| n > 0 && !self.said_unwatched) {
+            self.said_unwatched = true;
+            eprintln!(
+                "cachescope: the inotify watch limit is reached (fs.inotify.max_user_watches): {n} cgroup \
+                 directories are searched every 10 s instead of watched; containers there start late in the data"
+            );
+        }
         while let Ok(ev) = self.events.try_recv() {
             let c = ev.container;
             match ev.kind {

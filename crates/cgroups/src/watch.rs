@@ -42,6 +42,12 @@ struct State {
     wd_path: HashMap<WatchDescriptor, PathBuf>,
     known: BTreeMap<PathBuf, Container>,
     tx: Sender<Event>,
+    /// Directories searched but not watched (the inotify watch limit): changes below them are
+    /// found by the periodic reconcile only. Counted at each reconcile.
+    unwatched: usize,
+    /// Watches this watcher may hold (None: as many as the kernel gives). Tests set it to
+    /// reach the watch limit without lowering the host's.
+    limit: Option<usize>,
 }
 
 impl State {
@@ -54,14 +60,21 @@ impl State {
         // A container, and still watched and searched: containers nest.
         out.extend(found(&self.root, rel, &self.globs));
         let dir = self.root.join(rel);
-        match self.inotify.watches().add(&dir, WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR) {
+        let added = if self.limit.is_some_and(|l| self.wd_path.len() >= l) {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        } else {
+            self.inotify.watches().add(&dir, WatchMask::CREATE | WatchMask::DELETE | WatchMask::ONLYDIR)
+        };
+        match added {
             Ok(wd) => {
                 self.wd_path.insert(wd, rel.to_path_buf());
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            // ENOTDIR: a file raced in under that name; ENOSPC: out of watches, where the
-            // periodic reconcile still finds what happens below.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ENOSPC)) => return Ok(()),
+            // A file raced in under that name.
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(()),
+            // Out of watches: still searched (a container below must not escape), and the
+            // periodic reconcile finds what changes there.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => self.unwatched += 1,
             Err(error) => return Err(CgroupError::Io { path: dir, error }),
         }
         if depth >= crate::MAX_DEPTH {
@@ -113,6 +126,7 @@ impl State {
     fn reconcile(&mut self) -> Result<(), CgroupError> {
         let mut found = Vec::new();
         let before: Vec<(WatchDescriptor, PathBuf)> = self.wd_path.drain().collect();
+        self.unwatched = 0;
         self.sync_subtree(Path::new(""), &mut found, 0)?;
         // Watches of directories that no longer exist (their removal event was lost).
         for (wd, _) in before {
@@ -182,6 +196,7 @@ impl State {
 pub struct Watcher {
     stop: Arc<AtomicBool>,
     watches: Arc<AtomicUsize>,
+    unwatched: Arc<AtomicUsize>,
     handle: Option<JoinHandle<Result<(), CgroupError>>>,
 }
 
@@ -193,25 +208,51 @@ impl Watcher {
         globs: Vec<Glob>,
         reconcile_every: Duration,
     ) -> Result<(Watcher, Receiver<Event>), CgroupError> {
+        Self::start_limited(root, globs, reconcile_every, None)
+    }
+
+    /// As [`start`](Self::start), holding at most `limit` watches, as if the kernel's limit
+    /// were reached there.
+    pub fn start_limited(
+        root: &Path,
+        globs: Vec<Glob>,
+        reconcile_every: Duration,
+        limit: Option<usize>,
+    ) -> Result<(Watcher, Receiver<Event>), CgroupError> {
         let inotify =
             Inotify::init().map_err(|error| CgroupError::Io { path: PathBuf::from("inotify_init1"), error })?;
         let (tx, rx) = channel();
-        let mut st =
-            State { root: root.to_path_buf(), globs, inotify, wd_path: HashMap::new(), known: BTreeMap::new(), tx };
+        let mut st = State {
+            root: root.to_path_buf(),
+            globs,
+            inotify,
+            wd_path: HashMap::new(),
+            known: BTreeMap::new(),
+            tx,
+            unwatched: 0,
+            limit,
+        };
         st.reconcile()?;
         let stop = Arc::new(AtomicBool::new(false));
         let watches = Arc::new(AtomicUsize::new(st.wd_path.len()));
-        let (stop2, watches2) = (stop.clone(), watches.clone());
+        let unwatched = Arc::new(AtomicUsize::new(st.unwatched));
+        let shared = (stop.clone(), watches.clone(), unwatched.clone());
         let handle = std::thread::Builder::new()
             .name("cgroup-watch".into())
-            .spawn(move || run(st, stop2, watches2, reconcile_every))
+            .spawn(move || run(st, shared, reconcile_every))
             .map_err(|error| CgroupError::Io { path: PathBuf::from("thread"), error })?;
-        Ok((Watcher { stop, watches, handle: Some(handle) }, rx))
+        Ok((Watcher { stop, watches, unwatched, handle: Some(handle) }, rx))
     }
 
     /// inotify watches currently held (one per non-container directory).
     pub fn watch_count(&self) -> usize {
         self.watches.load(Ordering::Relaxed)
+    }
+
+    /// Directories searched without a watch (the inotify watch limit was reached): changes
+    /// below them are seen at the periodic reconcile only.
+    pub fn unwatched(&self) -> usize {
+        self.unwatched.load(Ordering::Relaxed)
     }
 
     /// Stop and report the thread's error, if it had one.
@@ -239,8 +280,7 @@ impl Drop for Watcher {
 
 fn run(
     mut st: State,
-    stop: Arc<AtomicBool>,
-    watches: Arc<AtomicUsize>,
+    (stop, watches, unwatched): (Arc<AtomicBool>, Arc<AtomicUsize>, Arc<AtomicUsize>),
     reconcile_every: Duration,
 ) -> Result<(), CgroupError> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -266,6 +306,7 @@ fn run(
             last_reconcile = Instant::now();
         }
         watches.store(st.wd_path.len(), Ordering::Relaxed);
+        unwatched.store(st.unwatched, Ordering::Relaxed);
     }
     Ok(())
 }

@@ -233,3 +233,25 @@ fn nested_containers_own_their_threads() {
     assert_eq!(all, vec![a.id().min(b.id()), a.id().max(b.id())]);
     assert_eq!(own, vec![a.id()], "the nested container's thread is its own");
 }
+
+/// Past the inotify watch limit, directories are still searched: a container below one is
+/// found at the start, and one created there later at the next reconcile; the watcher counts
+/// what it could not watch.
+#[test]
+fn past_the_watch_limit_nothing_escapes() {
+    let Some(root) = TestRoot::new("limit") else { return };
+    let deep = root.0.join("a/b/c");
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::create_dir(deep.join(format!("docker-{ID}.scope"))).unwrap();
+    let (w, rx) = Watcher::start_limited(&root.0, vec![], Duration::from_millis(200), Some(2)).unwrap();
+    let e = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(e.container.cgroup_path, format!("a/b/c/docker-{ID}.scope"));
+    assert!(w.unwatched() >= 2, "a/b and a/b/c are not watched: {}", w.unwatched());
+    let later = format!("crio-{ID}.scope");
+    std::fs::create_dir(deep.join(&later)).unwrap();
+    let t0 = Instant::now();
+    let e = rx.recv_timeout(Duration::from_secs(3)).unwrap();
+    println!("found below an unwatched directory after {:?}", t0.elapsed());
+    assert_eq!((e.kind, e.container.cgroup_path), (Lifecycle::Started, format!("a/b/c/{later}")));
+    w.stop().unwrap();
+}
