@@ -444,3 +444,43 @@ fn sigkill_of_emulated_resctrl_exits_and_is_cleaned() {
         "the killed run's mount is gone: {err}"
     );
 }
+
+/// Overloaded (3,000 emulated containers at 1 ms, more than this machine can read every
+/// interval), a run still stops within a second of SIGTERM, says it spread its reads, and
+/// leaves a readable file.
+#[test]
+fn overloaded_run_stops_within_a_second_of_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("many.toml");
+    let mut text = String::from(
+        "[platform]\nmodel = \"intel-xeon-platinum-8160\"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n",
+    );
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "\n[[container]]\nname = \"c{i:04}\"\ncpus = [{}]\nfootprint_mib = 2\nbandwidth_mbps = 100\n",
+            i % 16
+        ));
+    }
+    std::fs::write(&s, text).unwrap();
+    let out_dir = dir.path().join("rec");
+    let child = bin()
+        .args(["record", "--scenario", s.to_str().unwrap(), "--duration", "60s", "--output"])
+        .arg(&out_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let asked = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = asked.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("stopped {took:?} after SIGTERM\n{err}");
+    assert!(out.status.success(), "{err}");
+    assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+    assert!(err.contains("overloaded:"), "{err}");
+    let rep = run(&["report", out_dir.to_str().unwrap()]);
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+}
