@@ -10,6 +10,8 @@ APT_NEEDS=(
   "clang:clang"        # compiles the BPF program (crates/bpf)
   "make:make"          # libbpf-sys builds the vendored libbpf
   "pkg-config:pkg-config"
+  "dockerd:docker.io"  # real containers for the runtime-metadata tests (test.sh starts dockerd)
+  "busybox:busybox-static"  # the root of the test image (docker import, no registry)
 )
 # Headers the build needs, checked by file: "path:package".
 APT_HEADERS=(

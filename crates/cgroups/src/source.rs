@@ -1,11 +1,12 @@
 //! This host's containers as the engine's container source: the cgroup v2 watcher's events,
 //! and each container's threads and CPU use read from its cgroup.
 
-use crate::identity::Glob;
+use crate::identity::{Glob, Runtime};
 use crate::watch::{Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
+use cachescope_runtimes::{EngineApi, Resolver, Which};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
@@ -24,6 +25,8 @@ pub struct HostContainers {
     what: String,
     /// Said that the inotify watch limit was reached.
     said_unwatched: bool,
+    /// Asks Docker and Podman about their containers (names, pods), off the sampling path.
+    resolver: Resolver,
 }
 
 impl HostContainers {
@@ -45,6 +48,7 @@ impl HostContainers {
             by_path: BTreeMap::new(),
             what,
             said_unwatched: false,
+            resolver: Resolver::start(EngineApi::docker(), EngineApi::podman()),
         })
     }
 }
@@ -57,6 +61,9 @@ impl ContainerSource for HostContainers {
                 "cachescope: the inotify watch limit is reached (fs.inotify.max_user_watches): {n} cgroup \
                  directories are searched every 10 s instead of watched; containers there start late in the data"
             );
+        }
+        for line in self.resolver.news() {
+            eprintln!("cachescope: {line}");
         }
         while let Ok(ev) = self.events.try_recv() {
             let c = ev.container;
@@ -85,6 +92,14 @@ impl ContainerSource for HostContainers {
                         cgroup_path: c.cgroup_path.clone(),
                         ..Default::default()
                     });
+                    let which = match c.identity.runtime {
+                        Runtime::Docker => Some(Which::Docker),
+                        Runtime::Podman => Some(Which::Podman),
+                        _ => None,
+                    };
+                    if let Some(w) = which {
+                        self.resolver.ask(w, &c.identity.id, meta.clone());
+                    }
                     out.push(Change::Started(Container {
                         meta,
                         cgroup_id: c.cgroup_id,

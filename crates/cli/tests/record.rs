@@ -751,3 +751,94 @@ fn nested_containers_are_each_reported_and_charged() {
     assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns * 11 / 10 + 50_000_000, "inner: {i_ns} of {cpu_ns}");
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
 }
+
+/// `docker`, as a command; its output when it succeeds.
+fn docker(args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A local image holding busybox (no registry: `docker import` of a one-binary root).
+fn busybox_image() -> Option<&'static str> {
+    const IMAGE: &str = "cachescope-test-busybox:1";
+    if docker(&["image", "inspect", IMAGE]).is_some() {
+        return Some(IMAGE);
+    }
+    let root = tempfile::tempdir().ok()?;
+    std::fs::create_dir(root.path().join("bin")).ok()?;
+    std::fs::copy("/usr/bin/busybox", root.path().join("bin/busybox")).ok()?;
+    for c in ["sh", "sleep"] {
+        std::os::unix::fs::symlink("busybox", root.path().join("bin").join(c)).ok()?;
+    }
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("tar -C {} -c . | docker import - {IMAGE}", root.path().display()))
+        .stdout(Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(IMAGE)
+}
+
+/// Real Docker containers get their names and pods from Docker's API (the pod from the
+/// `io.kubernetes.pod.*` labels a kubelet sets, which only the API tells), in the Parquet
+/// file and on /metrics, while `record` runs.
+#[test]
+fn docker_containers_named_by_the_runtime() {
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
+    }
+    let Some(image) = busybox_image() else { return println!("skip: no busybox image (busybox-static)") };
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("rec");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let rec = bin()
+        .args(["record", "--duration", "4s", "--listen", &addr, "--output"])
+        .arg(&out_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let name = format!("cachescope-test-{}", std::process::id());
+    let id = docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--name",
+        &name,
+        "--label",
+        "io.kubernetes.pod.name=web-0",
+        "--label",
+        "io.kubernetes.pod.namespace=shop",
+        image,
+        "sleep",
+        "30",
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let page = get(&addr, "/metrics").unwrap_or_default();
+    let _ = docker(&["rm", "-f", &name]);
+    let out = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let id = id.expect("docker run");
+    let (batches, _) = read(&parquet_files(&out_dir));
+    let mut named = 0;
+    for b in &batches {
+        let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
+        let (ids, names, pods, nss) = (s("container_id"), s("container_name"), s("pod_name"), s("pod_namespace"));
+        for i in 0..b.num_rows() {
+            if ids.value(i) == id {
+                assert_eq!(names.value(i), name);
+                assert_eq!((pods.value(i), nss.value(i)), ("web-0", "shop"), "from the API only");
+                named += 1;
+            }
+        }
+    }
+    assert!(named > 0, "rows of {id}: {err}");
+    let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
+    assert!(line.contains(&format!("container_name=\"{name}\"")) && line.contains("pod_name=\"web-0\""), "{line}");
+}

@@ -1,7 +1,7 @@
 //! The sample row of docs/data.md: one (interval, container, L3 domain). Every backend
 //! produces these and every sink consumes them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Who a row is about. Shared by all of a container's rows (cheap to clone).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -14,6 +14,19 @@ pub struct ContainerMeta {
     pub pod_uid: Option<String>,
     /// Relative to the cgroup v2 root (empty for scenario containers and core groups).
     pub cgroup_path: String,
+    /// What the container's runtime says of it through its API, once it has answered. Set
+    /// off the sampling path, once; rows made before then show it too when they are written.
+    pub runtime: OnceLock<RuntimeMeta>,
+}
+
+/// A container as its runtime's API describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuntimeMeta {
+    pub name: Option<String>,
+    pub image: Option<String>,
+    /// From the `io.kubernetes.pod.*` labels, where a kubelet made the container.
+    pub pod_name: Option<String>,
+    pub pod_namespace: Option<String>,
 }
 
 impl ContainerMeta {
@@ -24,7 +37,20 @@ impl ContainerMeta {
 
     /// The best label for people: the name when known, else the id.
     pub fn label(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.id)
+        self.name().unwrap_or(&self.id)
+    }
+
+    /// Its name: from the cgroup side (a scenario, Docker's local state), else the runtime's.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref().or_else(|| self.runtime.get()?.name.as_deref())
+    }
+
+    pub fn pod_name(&self) -> Option<&str> {
+        self.pod_name.as_deref().or_else(|| self.runtime.get()?.pod_name.as_deref())
+    }
+
+    pub fn pod_namespace(&self) -> Option<&str> {
+        self.pod_namespace.as_deref().or_else(|| self.runtime.get()?.pod_namespace.as_deref())
     }
 }
 

@@ -25,6 +25,7 @@ fn main() {
                 pod_namespace: Some("default".into()),
                 pod_uid: Some(format!("0000{i:04}-1111-2222-3333-444455556666")),
                 cgroup_path: format!("kubepods.slice/kubepods-pod{i}.slice/cri-containerd-{:064x}.scope", i),
+                ..Default::default()
             })
         })
         .collect();

@@ -85,9 +85,9 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
         hosts.append_value(host);
         let c = &r.container;
         strs[0].append_value(&c.id);
-        strs[1].append_option(c.name.as_deref());
-        strs[2].append_option(c.pod_name.as_deref());
-        strs[3].append_option(c.pod_namespace.as_deref());
+        strs[1].append_option(c.name());
+        strs[2].append_option(c.pod_name());
+        strs[3].append_option(c.pod_namespace());
         strs[4].append_option(c.pod_uid.as_deref());
         strs[5].append_value(&c.cgroup_path);
         domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));

@@ -121,13 +121,13 @@ impl Metrics {
     }
 
     fn labels(m: &ContainerMeta, domain: u32) -> String {
-        let opt = |v: &Option<String>| escape(v.as_deref().unwrap_or(""));
+        let opt = |v: Option<&str>| escape(v.unwrap_or(""));
         format!(
             "container_id=\"{}\",container_name=\"{}\",pod_name=\"{}\",pod_namespace=\"{}\",domain=\"{domain}\"",
             escape(&m.id),
-            opt(&m.name),
-            opt(&m.pod_name),
-            opt(&m.pod_namespace)
+            opt(m.name()),
+            opt(m.pod_name()),
+            opt(m.pod_namespace())
         )
     }
 

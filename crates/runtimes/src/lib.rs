@@ -1,0 +1,218 @@
+//! Container metadata from the runtimes, through their APIs on their local sockets: Docker
+//! Engine's `GET /containers/{id}/json`, which Podman serves too. Names, images, and the pod a
+//! kubelet made the container for (its `io.kubernetes.pod.*` labels).
+//!
+//! Never on the sampling path: a [`Resolver`] thread asks, and fills the container's
+//! [`ContainerMeta::runtime`] once answered (every holder of the container's `Arc` sees it).
+//! A runtime that cannot be reached leaves ids only, and says why once.
+
+use cachescope_engine::{ContainerMeta, RuntimeMeta};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Longest answer read: an inspect is a few KiB; labels can make it tens.
+const MAX_ANSWER: u64 = 1 << 20;
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{socket}: {error}")]
+    Io { socket: PathBuf, error: std::io::Error },
+    #[error("{socket}: HTTP {status} for {path}")]
+    Status { socket: PathBuf, status: u16, path: String },
+    #[error("{socket}: malformed answer to {path}: {why}")]
+    Malformed { socket: PathBuf, path: String, why: String },
+}
+
+/// A Docker-compatible Engine API on a unix socket.
+#[derive(Debug, Clone)]
+pub struct EngineApi {
+    /// "Docker", "Podman": for people.
+    pub runtime: &'static str,
+    pub socket: PathBuf,
+}
+
+impl EngineApi {
+    pub fn docker() -> EngineApi {
+        EngineApi { runtime: "Docker", socket: PathBuf::from("/var/run/docker.sock") }
+    }
+
+    pub fn podman() -> EngineApi {
+        EngineApi { runtime: "Podman", socket: PathBuf::from("/run/podman/podman.sock") }
+    }
+
+    /// A container's metadata (`id`: its full id or name).
+    pub fn inspect(&self, id: &str) -> Result<RuntimeMeta, ApiError> {
+        // Ids come from cgroup names: only what an id or name can hold goes into the path.
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            return Err(self.malformed(id, "not a container id"));
+        }
+        let path = format!("/containers/{id}/json");
+        let body = self.get(&path)?;
+        parse_inspect(&body).map_err(|why| self.malformed(&path, &why))
+    }
+
+    fn malformed(&self, path: &str, why: &str) -> ApiError {
+        ApiError::Malformed { socket: self.socket.clone(), path: path.to_string(), why: why.to_string() }
+    }
+
+    /// One GET; HTTP/1.0, so the answer ends with the connection.
+    fn get(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+        let io = |error| ApiError::Io { socket: self.socket.clone(), error };
+        let mut s = UnixStream::connect(&self.socket).map_err(io)?;
+        s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+        s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).map_err(io)?;
+        let mut answer = Vec::new();
+        s.take(MAX_ANSWER).read_to_end(&mut answer).map_err(io)?;
+        let (status, chunked, body) = split_response(&answer).ok_or_else(|| self.malformed(path, "no HTTP head"))?;
+        if status != 200 {
+            return Err(ApiError::Status { socket: self.socket.clone(), status, path: path.to_string() });
+        }
+        if chunked {
+            return dechunk(body).ok_or_else(|| self.malformed(path, "bad chunked encoding"));
+        }
+        Ok(body.to_vec())
+    }
+}
+
+/// Status, whether the body is chunked, and the body.
+fn split_response(a: &[u8]) -> Option<(u16, bool, &[u8])> {
+    let end = a.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&a[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    Some((status, chunked, &a[end + 4..]))
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&b[..eol]).ok()?.split(';').next()?.trim();
+        let n = usize::from_str_radix(size, 16).ok()?;
+        b = &b[eol + 2..];
+        if n == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(..n)?);
+        b = b.get(n + 2..)?;
+    }
+}
+
+/// The fields of an inspect answer we use.
+pub fn parse_inspect(body: &[u8]) -> Result<RuntimeMeta, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let s = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+    let labels = v.pointer("/Config/Labels");
+    let label = |k: &str| s(labels.and_then(|l| l.get(k)));
+    Ok(RuntimeMeta {
+        name: s(v.get("Name")).map(|n| n.trim_start_matches('/').to_string()),
+        image: s(v.pointer("/Config/Image")),
+        pod_name: label("io.kubernetes.pod.name"),
+        pod_namespace: label("io.kubernetes.pod.namespace"),
+    })
+}
+
+/// Which API a container's runtime answers on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    Docker,
+    Podman,
+}
+
+struct Ask {
+    which: Which,
+    id: String,
+    meta: Arc<ContainerMeta>,
+}
+
+/// A thread that asks the runtimes about new containers and fills in their metadata.
+pub struct Resolver {
+    tx: Option<Sender<Ask>>,
+    handle: Option<JoinHandle<()>>,
+    said: Arc<Mutex<Vec<String>>>,
+    told: usize,
+}
+
+impl Resolver {
+    pub fn start(docker: EngineApi, podman: EngineApi) -> Resolver {
+        let (tx, rx) = channel();
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let s2 = said.clone();
+        let handle =
+            std::thread::Builder::new().name("runtime-meta".into()).spawn(move || serve(rx, docker, podman, s2)).ok();
+        Resolver { tx: Some(tx), handle, said, told: 0 }
+    }
+
+    /// Ask about a container; its `meta.runtime` is set when the runtime answers.
+    pub fn ask(&self, which: Which, id: &str, meta: Arc<ContainerMeta>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Ask { which, id: id.to_string(), meta });
+        }
+    }
+
+    /// Lines not yet given out: why a runtime could not be asked (once per runtime).
+    pub fn news(&mut self) -> Vec<String> {
+        let said = self.said.lock().unwrap_or_else(|p| p.into_inner());
+        let out = said[self.told..].to_vec();
+        self.told = said.len();
+        out
+    }
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, said: Arc<Mutex<Vec<String>>>) {
+    let mut told: Vec<Which> = Vec::new();
+    while let Ok(a) = rx.recv() {
+        let api = match a.which {
+            Which::Docker => &docker,
+            Which::Podman => &podman,
+        };
+        // A container may be asked about the moment its cgroup appears, before the runtime
+        // lists it: one retry.
+        let mut r = api.inspect(&a.id);
+        if matches!(r, Err(ApiError::Status { status: 404, .. })) {
+            std::thread::sleep(Duration::from_millis(100));
+            r = api.inspect(&a.id);
+        }
+        match r {
+            Ok(m) => {
+                let _ = a.meta.runtime.set(m);
+            }
+            // Said once per runtime: unreachable (not installed, API off, no permission),
+            // or answering what we cannot use.
+            Err(e) if !told.contains(&a.which) => {
+                told.push(a.which);
+                let line = match e {
+                    ApiError::Io { .. } => format!("{} containers by id only: its API: {e}", api.runtime),
+                    _ => format!("{} container {} by id only: {e}", api.runtime, a.id),
+                };
+                said.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
