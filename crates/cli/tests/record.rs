@@ -796,7 +796,7 @@ fn docker_containers_named_by_the_runtime() {
         l.local_addr().unwrap().to_string()
     };
     let rec = bin()
-        .args(["record", "--duration", "4s", "--listen", &addr, "--output"])
+        .args(["record", "--duration", "30s", "--listen", &addr, "--output"])
         .arg(&out_dir)
         .stderr(Stdio::piped())
         .spawn()
@@ -818,9 +818,21 @@ fn docker_containers_named_by_the_runtime() {
         "sleep",
         "30",
     ]);
-    std::thread::sleep(Duration::from_millis(1500));
-    let page = get(&addr, "/metrics").unwrap_or_default();
+    // Until /metrics names it (the API answers in milliseconds; a loaded machine may take
+    // longer), then the container goes.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut page = String::new();
+    while Instant::now() < deadline {
+        page = get(&addr, "/metrics").unwrap_or_default();
+        if id.as_ref().is_some_and(|id| page.lines().any(|l| l.contains(id.as_str()) && l.contains("web-0"))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let _ = docker(&["rm", "-f", &name]);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
     let out = rec.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
