@@ -12,6 +12,7 @@ APT_NEEDS=(
   "pkg-config:pkg-config"
   "dockerd:docker.io"  # real containers for the runtime-metadata tests (test.sh starts dockerd)
   "busybox:busybox-static"  # the root of the test image (docker import, no registry)
+  "promtool:prometheus"  # checks /metrics, the rules and the dashboard's queries (deploy/)
 )
 # Headers the build needs, checked by file: "path:package".
 APT_HEADERS=(

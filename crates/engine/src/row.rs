@@ -24,9 +24,11 @@ pub struct ContainerMeta {
 pub struct RuntimeMeta {
     pub name: Option<String>,
     pub image: Option<String>,
-    /// From the `io.kubernetes.pod.*` labels, where a kubelet made the container.
+    /// From the `io.kubernetes.*` labels, where a kubelet made the container: its pod, and
+    /// its name in the pod's spec.
     pub pod_name: Option<String>,
     pub pod_namespace: Option<String>,
+    pub pod_container: Option<String>,
 }
 
 impl ContainerMeta {
@@ -51,6 +53,15 @@ impl ContainerMeta {
 
     pub fn pod_namespace(&self) -> Option<&str> {
         self.pod_namespace.as_deref().or_else(|| self.runtime.get()?.pod_namespace.as_deref())
+    }
+
+    /// Its name in its pod's spec (Kubernetes), where the runtime says.
+    pub fn pod_container(&self) -> Option<&str> {
+        self.runtime.get()?.pod_container.as_deref()
+    }
+
+    pub fn image(&self) -> Option<&str> {
+        self.runtime.get()?.image.as_deref()
     }
 }
 

@@ -122,6 +122,7 @@ pub fn parse_inspect(body: &[u8]) -> Result<RuntimeMeta, String> {
         image: s(v.pointer("/Config/Image")),
         pod_name: label("io.kubernetes.pod.name"),
         pod_namespace: label("io.kubernetes.pod.namespace"),
+        pod_container: label("io.kubernetes.container.name"),
     })
 }
 

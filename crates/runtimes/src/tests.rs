@@ -2,7 +2,7 @@ use super::*;
 use std::os::unix::net::UnixListener;
 
 /// An answer as Docker 20.10 gives it (trimmed).
-const INSPECT: &str = r#"{"Id":"1762453feaf6","Name":"/web-1","Config":{"Image":"shop/web:2","Labels":{"com.docker.compose.project":"shop","io.kubernetes.pod.name":"web-0","io.kubernetes.pod.namespace":"prod"}}}"#;
+const INSPECT: &str = r#"{"Id":"1762453feaf6","Name":"/web-1","Config":{"Image":"shop/web:2","Labels":{"com.docker.compose.project":"shop","io.kubernetes.pod.name":"web-0","io.kubernetes.pod.namespace":"prod","io.kubernetes.container.name":"app"}}}"#;
 
 /// A one-request server on a fresh socket that answers `answer`; the socket's path.
 fn serve_once(dir: &tempfile::TempDir, answer: Vec<u8>) -> PathBuf {
@@ -24,6 +24,7 @@ fn inspect_fields() {
     assert_eq!(m.name.as_deref(), Some("web-1"));
     assert_eq!(m.image.as_deref(), Some("shop/web:2"));
     assert_eq!((m.pod_name.as_deref(), m.pod_namespace.as_deref()), (Some("web-0"), Some("prod")));
+    assert_eq!(m.pod_container.as_deref(), Some("app"));
     let bare = parse_inspect(br#"{"Name":"","Config":{"Labels":null}}"#).unwrap();
     assert_eq!(bare, RuntimeMeta::default(), "empty is absent");
     assert!(parse_inspect(b"<html>").is_err());

@@ -131,6 +131,22 @@ impl Metrics {
         )
     }
 
+    /// The labels cAdvisor (and the kubelet, which embeds it) put on container series:
+    /// `id` the cgroup path, `name` and `image` from the runtime, `container`, `pod`,
+    /// `namespace` from Kubernetes; `node_id` the L3 domain, as cAdvisor's resctrl metrics.
+    fn cadvisor_labels(m: &ContainerMeta, domain: u32) -> String {
+        let opt = |v: Option<&str>| escape(v.unwrap_or(""));
+        format!(
+            "id=\"/{}\",name=\"{}\",image=\"{}\",container=\"{}\",pod=\"{}\",namespace=\"{}\",node_id=\"{domain}\"",
+            escape(&m.cgroup_path),
+            opt(m.name()),
+            opt(m.image()),
+            opt(m.pod_container()),
+            opt(m.pod_name()),
+            opt(m.pod_namespace())
+        )
+    }
+
     /// The page.
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(256 + self.series.len() * 2 * 7 * 200);
@@ -153,6 +169,35 @@ impl Metrics {
                         let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
                     }
                     None => {}
+                }
+            }
+        }
+        // cAdvisor's names for the same values, so dashboards built on them work unchanged
+        // (docs/metrics.md): gauges, MBM as running byte totals.
+        let occupancy = |s: &Series| s.occupancy;
+        let total = |s: &Series| s.totals[0];
+        let local = |s: &Series| s.totals[1];
+        for (name, help, value) in [
+            (
+                "container_llc_occupancy_bytes",
+                "Last level cache usage of the container in this L3 domain (cAdvisor's name; cachescope_llc_occupancy_bytes).",
+                &occupancy as &dyn Fn(&Series) -> Option<u64>,
+            ),
+            (
+                "container_memory_bandwidth_bytes",
+                "Memory bandwidth (MBM total) of the container, running byte total (cAdvisor's name; cachescope_mbm_total_bytes_total).",
+                &total,
+            ),
+            (
+                "container_memory_bandwidth_local_bytes",
+                "Local memory bandwidth (MBM local) of the container, running byte total (cAdvisor's name; cachescope_mbm_local_bytes_total).",
+                &local,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (d, s) in self.series.values().flatten() {
+                if let Some(v) = value(s) {
+                    let _ = writeln!(o, "{name}{{{}}} {v}", Self::cadvisor_labels(&s.meta, *d));
                 }
             }
         }

@@ -153,3 +153,29 @@ fn promtool_accepts_the_page() {
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
+
+/// The same values under cAdvisor's names and labels, for dashboards built on them.
+#[test]
+fn cadvisor_names_and_labels() {
+    let meta = ContainerMeta { id: "c1".into(), cgroup_path: "docker/c1".into(), ..Default::default() };
+    let _ = meta.runtime.set(cachescope_engine::RuntimeMeta {
+        name: Some("web-1".into()),
+        image: Some("shop/web:2".into()),
+        pod_name: Some("web-0".into()),
+        pod_namespace: Some("prod".into()),
+        pod_container: Some("app".into()),
+    });
+    let mut r = row("c1", 1, Some(8192), Some(640), Status::Ok);
+    r.container = Arc::new(meta);
+    r.mbm_local_bytes = Some(64);
+    let mut m = Metrics::new();
+    m.update(std::slice::from_ref(&r));
+    m.update(&[r]);
+    let s = parse(&m.render()).unwrap();
+    let l = "id=\"/docker/c1\",name=\"web-1\",image=\"shop/web:2\",container=\"app\",pod=\"web-0\",namespace=\"prod\",node_id=\"1\"";
+    assert_eq!(s.get(&format!("container_llc_occupancy_bytes{{{l}}}")), Some(&8192.0));
+    assert_eq!(s.get(&format!("container_memory_bandwidth_bytes{{{l}}}")), Some(&1280.0), "a running total");
+    assert_eq!(s.get(&format!("container_memory_bandwidth_local_bytes{{{l}}}")), Some(&128.0));
+    // The runtime's answer reaches the cachescope_* series' labels too.
+    assert!(s.keys().any(|k| k.starts_with("cachescope_llc_occupancy_bytes{") && k.contains("pod_name=\"web-0\"")));
+}
