@@ -1,6 +1,7 @@
 //! The Prometheus rules and the Grafana dashboard of `deploy/`, checked against what `/metrics`
 //! really exposes: promtool accepts the rules and their unit tests pass; every expression of
 //! the dashboard parses; every cachescope metric they name is a family of the page.
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 use cachescope_sinks::prom::Metrics;
 use std::collections::BTreeSet;
