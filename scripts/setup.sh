@@ -13,6 +13,7 @@ APT_NEEDS=(
   "dockerd:docker.io"  # real containers for the runtime-metadata tests (test.sh starts dockerd)
   "busybox:busybox-static"  # the root of the test image (docker import, no registry)
   "promtool:prometheus"  # checks /metrics, the rules and the dashboard's queries (deploy/)
+  "systemd-analyze:systemd"  # verifies deploy/systemd/cachescope.service
 )
 # Headers the build needs, checked by file: "path:package".
 APT_HEADERS=(
@@ -47,4 +48,10 @@ if command -v rustup >/dev/null 2>&1; then
   for comp in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp" >&2
   done
+fi
+
+# The schema check of the Kubernetes manifests (kubectl's dry run needs an API server).
+if command -v python3 >/dev/null 2>&1 && ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "setup: installing kubernetes-validate (PyPI)" >&2
+  python3 -m pip install -q kubernetes-validate==1.37.0 >&2 || echo "setup: kubernetes-validate not installed; the manifest check skips" >&2
 fi

@@ -1,0 +1,157 @@
+//! What `deploy/` ships, checked as a user's cluster or host would check it: the DaemonSet's
+//! objects against Kubernetes' schema, the systemd unit with systemd's verifier, and the image
+//! run under Docker with exactly the DaemonSet's privileges (docs/deploy.md).
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+fn validate(file: &Path) -> Option<(bool, String)> {
+    let out = Command::new("kubernetes-validate").args(["--strict", "-k", "1.29.0"]).arg(file).output().ok()?;
+    Some((
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    ))
+}
+
+#[test]
+fn daemonset_passes_the_kubernetes_schema() {
+    let ds = deploy().join("kubernetes/daemonset.yaml");
+    let Some((ok, out)) = validate(&ds) else {
+        return println!("skip: kubernetes-validate is not installed (scripts/setup.sh installs it from PyPI)");
+    };
+    assert!(ok, "{out}");
+    assert_eq!(out.matches("passed").count(), 3, "namespace, service account, DaemonSet: {out}");
+    // The check can fail: a misspelt field is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, std::fs::read_to_string(&ds).unwrap().replace("hostPID: true", "hostPid: true")).unwrap();
+    let (ok, out) = validate(&bad).unwrap();
+    assert!(!ok, "a misspelt field must fail: {out}");
+}
+
+#[test]
+fn systemd_unit_verifies() {
+    if Command::new("systemd-analyze").arg("--version").output().is_err() {
+        return println!("skip: systemd-analyze is not installed");
+    }
+    let unit = std::fs::read_to_string(deploy().join("systemd/cachescope.service")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("cachescope.service");
+    // The unit names the installed path; here the binary under test stands there.
+    std::fs::write(&copy, unit.replace("/usr/local/bin/cachescope", env!("CARGO_BIN_EXE_cachescope"))).unwrap();
+    let out = Command::new("systemd-analyze").arg("verify").arg(&copy).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.trim().is_empty(), "{text}");
+}
+
+fn docker(args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The capabilities the DaemonSet adds (its `add: [...]` line).
+fn daemonset_caps() -> Vec<String> {
+    let ds = std::fs::read_to_string(deploy().join("kubernetes/daemonset.yaml")).unwrap();
+    let line = ds.lines().find(|l| l.trim_start().starts_with("add: [")).unwrap();
+    line.split('"').skip(1).step_by(2).map(String::from).collect()
+}
+
+/// The image's content (the binary and the libraries it loads, as the Containerfile's runtime
+/// stage holds them), run with the DaemonSet's privileges against this host: eBPF loads and a
+/// busy host container's CPU time is recorded.
+#[test]
+fn image_runs_with_the_daemonsets_privileges() {
+    use cachescope_cgroups::sandbox::Sandbox;
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
+    }
+    let mut sb = match Sandbox::for_host("cachescope-image") {
+        Ok(s) => s,
+        Err(why) => return println!("skip: {why}"),
+    };
+    let bin = env!("CARGO_BIN_EXE_cachescope");
+    let root = tempfile::tempdir().unwrap();
+    let put = |from: &str| {
+        let to = root.path().join(from.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+    };
+    let ldd = Command::new("ldd").arg(bin).output().unwrap();
+    for lib in String::from_utf8_lossy(&ldd.stdout).split_whitespace().filter(|w| w.starts_with('/')) {
+        put(lib);
+    }
+    let dest = root.path().join("usr/local/bin");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::copy(bin, dest.join("cachescope")).unwrap();
+    std::fs::create_dir_all(root.path().join("tmp")).unwrap();
+    let image = format!("cachescope-test-image:{}", std::process::id());
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C {} -c . | docker import -c 'ENTRYPOINT [\"/usr/local/bin/cachescope\"]' - {image}",
+            root.path().display()
+        ))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    // A busy container on the host, found by a glob.
+    sb.add("busy").unwrap();
+    let busy = sb.dir().join("busy");
+    let mut work = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+    std::fs::write(busy.join("cgroup.procs"), work.id().to_string()).unwrap();
+    let cg = sb.dir().parent().unwrap().to_path_buf();
+    let mut args: Vec<String> = ["run", "--rm", "--network", "none", "--pid", "host", "--cap-drop", "ALL"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for c in daemonset_caps() {
+        args.extend(["--cap-add".into(), c]);
+    }
+    args.extend(
+        [
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "-v",
+            &format!("{}:{}:ro", cg.display(), cg.display()),
+            "-v",
+            "/sys/kernel/btf:/sys/kernel/btf:ro",
+            &image,
+            "monitor",
+            "--jsonl",
+            "--containers",
+            &format!("{}/busy", sb.rel()),
+            "--duration",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let run = Command::new("docker").args(&args).output().unwrap();
+    let _ = work.kill();
+    let _ = work.wait();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(sb);
+    let _ = docker(&["image", "rm", &image]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    println!("{args:?}\n{err}");
+    assert!(run.status.success(), "{err}");
+    assert!(err.contains("PMU columns: eBPF"), "eBPF loads with these privileges: {err}");
+    // 1 ms rows of the busy container, CPU time from eBPF.
+    let mut cpu_ns = 0;
+    for line in String::from_utf8_lossy(&run.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["cgroup_path"].as_str().is_some_and(|p| p.ends_with("/busy")) {
+            cpu_ns += v["cpu_ns"].as_i64().unwrap_or(0);
+        }
+    }
+    assert!(cpu_ns > 300_000_000, "the busy container's CPU time, recorded from inside the image: {cpu_ns} ns");
+}
