@@ -50,8 +50,13 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 
-# The schema check of the Kubernetes manifests (kubectl's dry run needs an API server).
-if command -v python3 >/dev/null 2>&1 && ! command -v kubernetes-validate >/dev/null 2>&1; then
-  echo "setup: installing kubernetes-validate (PyPI)" >&2
-  python3 -m pip install -q kubernetes-validate==1.37.0 >&2 || echo "setup: kubernetes-validate not installed; the manifest check skips" >&2
-fi
+# From PyPI: the schema check of the Kubernetes manifests (kubectl's dry run needs an API
+# server), and a local S3-compatible store for the upload tests.
+PIP_NEEDS=("kubernetes-validate:kubernetes-validate==1.37.0" "moto_server:moto[server]==5.2.1")
+for entry in "${PIP_NEEDS[@]}"; do
+  cmd=${entry%%:*}; pkg=${entry#*:}
+  if command -v python3 >/dev/null 2>&1 && ! command -v "$cmd" >/dev/null 2>&1; then
+    echo "setup: installing $pkg (PyPI)" >&2
+    python3 -m pip install -q "$pkg" >&2 || echo "setup: $pkg not installed; its tests skip" >&2
+  fi
+done

@@ -60,17 +60,34 @@ struct Files {
     /// Start a new file after this many MiB.
     #[arg(long, default_value_t = 256)]
     rotate_mib: u64,
+    /// Upload each finished file to S3-compatible storage, s3://BUCKET[/PREFIX]; credentials
+    /// from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, region from AWS_REGION (docs/cli.md).
+    #[arg(long, value_name = "S3_URL")]
+    upload: Option<String>,
+    /// The store's address for --upload (default: AWS's for the region).
+    #[arg(long, value_name = "URL", requires = "upload")]
+    s3_endpoint: Option<String>,
 }
 
 impl Files {
     fn with(
         &self,
         dir: Option<std::path::PathBuf>,
-    ) -> Result<Option<(std::path::PathBuf, std::time::Duration, u64)>, CliError> {
+        listen: Option<std::net::SocketAddr>,
+    ) -> Result<parts::Outputs, CliError> {
         if self.rotate_mib == 0 {
             return Err(CliError::input("--rotate-mib must be at least 1"));
         }
-        Ok(dir.map(|d| (d, self.rotate_every, self.rotate_mib << 20)))
+        let upload = match (&self.upload, &dir) {
+            (Some(_), None) => return Err(CliError::input("--upload needs --output (the files it uploads)")),
+            (Some(u), Some(_)) => Some(
+                cachescope_upload::Target::new(u, self.s3_endpoint.as_deref(), |k| std::env::var(k).ok())
+                    .map_err(CliError::input)?,
+            ),
+            (None, _) => None,
+        };
+        let record = dir.map(|d| (d, self.rotate_every, self.rotate_mib << 20));
+        Ok(parts::Outputs { terminal: None, record, listen, upload })
     }
 }
 
@@ -181,13 +198,8 @@ fn main() -> ExitCode {
             };
             parts::run(&c.common, &parts::Outputs { terminal: Some(t), ..Default::default() })
         }
-        Command::Record(c) => c
-            .files
-            .with(Some(c.output))
-            .and_then(|record| parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: c.listen })),
-        Command::Serve(c) => c.files.with(c.output).and_then(|record| {
-            parts::run(&c.common, &parts::Outputs { terminal: None, record, listen: Some(c.listen) })
-        }),
+        Command::Record(c) => c.files.with(Some(c.output), c.listen).and_then(|o| parts::run(&c.common, &o)),
+        Command::Serve(c) => c.files.with(c.output, Some(c.listen)).and_then(|o| parts::run(&c.common, &o)),
         Command::Report(args) => report::run(&args),
     };
     match result {

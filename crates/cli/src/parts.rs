@@ -109,6 +109,8 @@ pub struct Outputs {
     /// Parquet directory, rotation age and size.
     pub record: Option<(PathBuf, Duration, u64)>,
     pub listen: Option<SocketAddr>,
+    /// Where finished files go (with `record`).
+    pub upload: Option<cachescope_upload::Target>,
 }
 
 /// The parts of a run before its sinks, and what it says about itself.
@@ -592,10 +594,18 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
         stop,
     };
     let parts = Parts { backend: b.backend, containers: b.containers, pmu: b.pmu, world: b.world, sinks };
-    match cachescope_engine::run(parts, &opts) {
+    let uploader = outs
+        .record
+        .as_ref()
+        .zip(outs.upload.clone())
+        .map(|((dir, ..), t)| cachescope_upload::Uploader::start(dir.clone(), terminal::hostname(), t));
+    let result = cachescope_engine::run(parts, &opts);
+    // The files the run closed last go too (10 s at most; the rest waits for the next run).
+    let uploaded = uploader.map(|u| u.finish(Duration::from_secs(10)));
+    match result {
         Ok(sum) => {
             eprintln!("cachescope: {}", terminal::summary_line(sum.wakes, &sum.lateness, sum.missed));
-            for m in sum.messages {
+            for m in sum.messages.into_iter().chain(uploaded) {
                 eprintln!("cachescope: {m}");
             }
             Ok(())

@@ -854,3 +854,82 @@ fn docker_containers_named_by_the_runtime() {
     let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
     assert!(line.contains(&format!("container_name=\"{name}\"")) && line.contains("pod_name=\"web-0\""), "{line}");
 }
+
+/// A Python snippet against the local S3 store (boto3 comes with moto).
+fn s3py(endpoint: &str, code: &str) -> Option<String> {
+    let prog = format!(
+        "import boto3\ns3 = boto3.client('s3', endpoint_url='{endpoint}', aws_access_key_id='test', \
+         aws_secret_access_key='test', region_name='us-east-1')\n{code}"
+    );
+    let out = Command::new("python3").arg("-c").arg(prog).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Fleet data: a recording's files go to an S3-compatible store (moto's server), partitioned
+/// by host and date. The store is down during the first run: its file stays on disk, said so;
+/// the next run, with the store up, sends it and its own; every file arrives once, whole.
+#[test]
+fn files_uploaded_to_s3_while_the_store_comes_and_goes() {
+    if Command::new("moto_server").arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        return println!("skip: moto_server is not installed (scripts/setup.sh installs moto[server] from PyPI)");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let sc = scenario_file(dir.path());
+    let out_dir = dir.path().join("rec");
+    let rec = || {
+        let out = bin()
+            .args(["record", "--scenario", &sc, "--duration", "1500ms", "--output"])
+            .arg(&out_dir)
+            .args(["--upload", "s3://fleet/cachescope", "--s3-endpoint", &endpoint])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (ok1, err1) = rec();
+    let mut store = Command::new("moto_server")
+        .args(["-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s3py(&endpoint, "s3.create_bucket(Bucket='fleet')").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok2, err2) = rec();
+    let listing = s3py(
+        &endpoint,
+        "for o in s3.list_objects_v2(Bucket='fleet').get('Contents', []):\n    print(o['Key'], o['Size'])",
+    );
+    let _ = store.kill();
+    let _ = store.wait();
+    assert!(ok1 && ok2, "{err1}\n{err2}");
+    println!("{err1}\n{err2}");
+    assert!(err1.contains("uploaded 0 files") && err1.contains("1 not yet (kept on disk"), "{err1}");
+    assert!(err2.contains("uploaded 2 files"), "the first run's file and its own: {err2}");
+    let listing = listing.expect("listing");
+    let local: BTreeMap<String, u64> = parquet_files(&out_dir)
+        .iter()
+        .map(|p| (p.file_name().unwrap().to_string_lossy().to_string(), std::fs::metadata(p).unwrap().len()))
+        .collect();
+    let remote: Vec<(String, u64)> = listing
+        .lines()
+        .map(|l| {
+            let (k, s) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), s.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(local.len(), 2, "{local:?}");
+    assert_eq!(remote.len(), local.len(), "every file once: {remote:?} vs {local:?}");
+    for (key, size) in &remote {
+        let name = key.rsplit('/').next().unwrap();
+        assert!(key.starts_with("cachescope/host=") && key.contains("/date=20"), "{key}");
+        assert_eq!(local.get(name), Some(size), "{key} arrived whole");
+    }
+    let journal = std::fs::read_to_string(out_dir.join(".cachescope-uploaded")).unwrap();
+    assert_eq!(journal.lines().count(), 2, "{journal}");
+}
