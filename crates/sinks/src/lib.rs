@@ -2,6 +2,7 @@
 //! docs/metrics.md), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
 //! ([`report`]); and the engine sinks that record and serve ([`run_sinks`]).
 
+mod footer;
 pub mod http;
 pub mod jsonl;
 pub mod parquet;

@@ -128,10 +128,27 @@ pub fn file_metadata(path: &Path) -> Result<BTreeMap<String, String>, SinkError>
     guarded(path, || metadata_of(path))
 }
 
-fn metadata_of(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
+/// A reader of `path` once its footer is known to be sound (crate::footer) and its column
+/// chunks of a plausible size: the parquet crate allocates what they declare.
+fn open(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, SinkError> {
+    let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
+    crate::footer::check_file(path).map_err(|e| ctx(&e))?;
     let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
-    let b = ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| SinkError::Parquet(format!("{}: {e}", path.display())))?;
+    let len = f.metadata().map_err(|error| SinkError::Io { what: path.display().to_string(), error })?.len();
+    let b = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| ctx(&e))?;
+    for rg in b.metadata().row_groups() {
+        for c in rg.columns() {
+            // Our row groups hold at most 65,536 rows: a column chunk is MiBs at most.
+            if c.uncompressed_size() > 1 << 30 || c.compressed_size() as u64 > len {
+                return Err(ctx(&format!("column chunk of implausible size in {}", c.column_path())));
+            }
+        }
+    }
+    Ok(b)
+}
+
+fn metadata_of(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
+    let b = open(path)?;
     Ok(b.metadata()
         .file_metadata()
         .key_value_metadata()
@@ -178,8 +195,7 @@ fn plausible(p: &Point) -> bool {
 /// Read one file's rows into `by`; the number of implausible rows skipped.
 fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkError> {
     let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
-    let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| ctx(&e))?.build().map_err(|e| ctx(&e))?;
+    let reader = open(path)?.build().map_err(|e| ctx(&e))?;
     let mut bad = 0;
     for batch in reader {
         let b = batch.map_err(|e| ctx(&e))?;
