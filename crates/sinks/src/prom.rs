@@ -53,6 +53,15 @@ pub struct Metrics {
     emulated: Option<String>,
 }
 
+/// `name="value",...`, values escaped.
+fn label_set(pairs: &[(&str, &str)]) -> String {
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        let _ = write!(s, "{}{k}=\"{}\"", if i == 0 { "" } else { "," }, escape(v));
+    }
+    s
+}
+
 fn escape(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
@@ -121,52 +130,57 @@ impl Metrics {
     }
 
     fn labels(m: &ContainerMeta, domain: u32) -> String {
-        let opt = |v: Option<&str>| escape(v.unwrap_or(""));
-        format!(
-            "container_id=\"{}\",container_name=\"{}\",pod_name=\"{}\",pod_namespace=\"{}\",domain=\"{domain}\"",
-            escape(&m.id),
-            opt(m.name()),
-            opt(m.pod_name()),
-            opt(m.pod_namespace())
-        )
+        label_set(&[
+            ("container_id", &m.id),
+            ("container_name", m.name().unwrap_or("")),
+            ("pod_name", m.pod_name().unwrap_or("")),
+            ("pod_namespace", m.pod_namespace().unwrap_or("")),
+            ("domain", &domain.to_string()),
+        ])
     }
 
     /// The labels cAdvisor (and the kubelet, which embeds it) put on container series:
     /// `id` the cgroup path, `name` and `image` from the runtime, `container`, `pod`,
     /// `namespace` from Kubernetes; `node_id` the L3 domain, as cAdvisor's resctrl metrics.
     fn cadvisor_labels(m: &ContainerMeta, domain: u32) -> String {
-        let opt = |v: Option<&str>| escape(v.unwrap_or(""));
-        format!(
-            "id=\"/{}\",name=\"{}\",image=\"{}\",container=\"{}\",pod=\"{}\",namespace=\"{}\",node_id=\"{domain}\"",
-            escape(&m.cgroup_path),
-            opt(m.name()),
-            opt(m.image()),
-            opt(m.pod_container()),
-            opt(m.pod_name()),
-            opt(m.pod_namespace())
-        )
+        label_set(&[
+            ("id", &format!("/{}", m.cgroup_path)),
+            ("name", m.name().unwrap_or("")),
+            ("image", m.image().unwrap_or("")),
+            ("container", m.pod_container().unwrap_or("")),
+            ("pod", m.pod_name().unwrap_or("")),
+            ("namespace", m.pod_namespace().unwrap_or("")),
+            ("node_id", &domain.to_string()),
+        ])
     }
 
     /// The page.
     pub fn render(&self) -> String {
-        let mut o = String::with_capacity(256 + self.series.len() * 2 * 7 * 200);
+        let mut o = String::with_capacity(256 + self.series.len() * 2 * 10 * 200);
+        // Each series' two label sets, made once for the page's eleven families.
+        let series: Vec<(String, String, &Series)> = self
+            .series
+            .values()
+            .flatten()
+            .map(|(d, s)| (Self::labels(&s.meta, *d), Self::cadvisor_labels(&s.meta, *d), s))
+            .collect();
         let _ = writeln!(o, "# HELP cachescope_llc_occupancy_bytes Last-level cache bytes held by the container's RMID in this L3 domain.");
         let _ = writeln!(o, "# TYPE cachescope_llc_occupancy_bytes gauge");
-        for (d, s) in self.series.values().flatten() {
+        for (l, _, s) in &series {
             if let Some(v) = s.occupancy {
-                let _ = writeln!(o, "cachescope_llc_occupancy_bytes{{{}}} {v}", Self::labels(&s.meta, *d));
+                let _ = writeln!(o, "cachescope_llc_occupancy_bytes{{{l}}} {v}");
             }
         }
         for (i, (name, help)) in COUNTERS.iter().enumerate() {
             let _ = writeln!(o, "# HELP {name} {help}");
             let _ = writeln!(o, "# TYPE {name} counter");
-            for (d, s) in self.series.values().flatten() {
+            for (l, _, s) in &series {
                 match s.totals[i] {
                     Some(v) if i == CPU_COUNTER => {
-                        let _ = writeln!(o, "{name}{{{}}} {}", Self::labels(&s.meta, *d), v as f64 / 1e9);
+                        let _ = writeln!(o, "{name}{{{l}}} {}", v as f64 / 1e9);
                     }
                     Some(v) => {
-                        let _ = writeln!(o, "{name}{{{}}} {v}", Self::labels(&s.meta, *d));
+                        let _ = writeln!(o, "{name}{{{l}}} {v}");
                     }
                     None => {}
                 }
@@ -174,30 +188,28 @@ impl Metrics {
         }
         // cAdvisor's names for the same values, so dashboards built on them work unchanged
         // (docs/metrics.md): gauges, MBM as running byte totals.
-        let occupancy = |s: &Series| s.occupancy;
-        let total = |s: &Series| s.totals[0];
-        let local = |s: &Series| s.totals[1];
+        type Value = fn(&Series) -> Option<u64>;
         for (name, help, value) in [
             (
                 "container_llc_occupancy_bytes",
                 "Last level cache usage of the container in this L3 domain (cAdvisor's name; cachescope_llc_occupancy_bytes).",
-                &occupancy as &dyn Fn(&Series) -> Option<u64>,
+                (|s| s.occupancy) as Value,
             ),
             (
                 "container_memory_bandwidth_bytes",
                 "Memory bandwidth (MBM total) of the container, running byte total (cAdvisor's name; cachescope_mbm_total_bytes_total).",
-                &total,
+                |s| s.totals[0],
             ),
             (
                 "container_memory_bandwidth_local_bytes",
                 "Local memory bandwidth (MBM local) of the container, running byte total (cAdvisor's name; cachescope_mbm_local_bytes_total).",
-                &local,
+                |s| s.totals[1],
             ),
         ] {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (d, s) in self.series.values().flatten() {
+            for (_, l, s) in &series {
                 if let Some(v) = value(s) {
-                    let _ = writeln!(o, "{name}{{{}}} {v}", Self::cadvisor_labels(&s.meta, *d));
+                    let _ = writeln!(o, "{name}{{{l}}} {v}");
                 }
             }
         }
