@@ -97,8 +97,6 @@ struct State {
     /// the budget (their first read is the baseline of their counters).
     fresh: HashSet<String>,
     budget: ReadBudget,
-    /// What reading containers cost in the last sample (the budget's variable part).
-    read_cost: Duration,
     domains: Vec<u32>,
     raw: Vec<crate::backend::RawSample>,
     drained: Vec<PmuSample>,
@@ -151,8 +149,9 @@ impl State {
         Ok(())
     }
 
-    /// Work through one sample time.
-    fn sample(&mut self, at: Duration) -> Result<(), RunError> {
+    /// Work through one sample time; what reading the containers cost (CPU time of this
+    /// thread: the read budget's variable part).
+    fn sample(&mut self, at: Duration) -> Result<Duration, RunError> {
         self.lifecycle(at)?;
         if let Some(w) = self.p.world.as_mut() {
             let (from, to) = (self.origin + self.step, self.origin + at);
@@ -198,12 +197,13 @@ impl State {
                 ));
             }
         }
-        self.read_cost = thread_cpu().saturating_sub(began);
+        let read_cost = thread_cpu().saturating_sub(began);
         self.fresh.clear();
         self.budget.next_interval();
         self.samples += 1;
         self.step = at;
-        self.stop_containers(at)
+        self.stop_containers(at)?;
+        Ok(read_cost)
     }
 
     fn drain_pmu(&mut self) {
@@ -364,7 +364,6 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         stopped: Vec::new(),
         fresh: HashSet::new(),
         budget: ReadBudget::default(),
-        read_cost: Duration::ZERO,
         domains: info.domains.clone(),
         raw: Vec::new(),
         drained: Vec::new(),
@@ -456,10 +455,10 @@ fn run_loop(
                 break;
             }
             let began = thread_cpu();
-            st.sample(at)?;
+            let reads = st.sample(at)?;
             // In real time, each interval's cost sets how many the next one reads.
             if !clock.is_virtual() {
-                st.budget.adjust(thread_cpu().saturating_sub(began), st.read_cost, opts.interval, st.slots.count());
+                st.budget.adjust(thread_cpu().saturating_sub(began), reads, opts.interval, st.slots.count());
             }
         }
         if t.saturating_sub(last_upkeep) >= info.upkeep_every {
