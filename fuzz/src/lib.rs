@@ -35,14 +35,8 @@ impl ContainerSource for NoSource {
 fn exercise_platform(p: EmuPlatform) {
     let p = Arc::new(p);
     let Some(max_rmid) = p.cpu_info().monitoring.max_rmid_any else { return };
-    let mut l3 = p.l3().clone();
-    l3.counter_width_linux = p.counter_width();
-    let caps = Caps::from_l3(&l3, max_rmid);
-    let cfg = cachescope_rmid::Config {
-        max_rmid: caps.max_rmid,
-        threshold_bytes: cachescope_rmid::Config::default_threshold(p.l3_bytes(), caps.max_rmid),
-        min_limbo: Duration::ZERO,
-    };
+    let caps = Caps::from_l3(p.l3(), max_rmid);
+    let cfg = cachescope_rmid::Config::with_default_threshold(caps.max_rmid, p.l3_bytes(), Duration::ZERO);
     let info = BackendInfo {
         label: "fuzz".into(),
         cpuid: String::new(),

@@ -316,18 +316,14 @@ fn perf_cqm(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     })
 }
 
+/// The platform's L3 already carries the counter width it emulates.
 fn emu_caps(emu: &EmuPlatform) -> Caps {
-    let mut l3 = emu.l3().clone();
-    l3.counter_width_linux = emu.counter_width();
-    Caps::from_l3(&l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid))
+    let l3 = emu.l3();
+    Caps::from_l3(l3, emu.cpu_info().monitoring.max_rmid_any.unwrap_or(l3.max_rmid))
 }
 
 fn rmid_config(caps: &Caps, l3_bytes: u64) -> Config {
-    Config {
-        max_rmid: caps.max_rmid,
-        threshold_bytes: Config::default_threshold(l3_bytes, caps.max_rmid),
-        min_limbo: Duration::from_millis(10),
-    }
+    Config::with_default_threshold(caps.max_rmid, l3_bytes, Duration::from_millis(10))
 }
 
 /// The emulated platform, driven by a scenario or by this host's containers.

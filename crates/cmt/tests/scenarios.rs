@@ -46,19 +46,13 @@ fn platform(model: &str, width: Option<u32>, containers: &str) -> Arc<EmuPlatfor
 }
 
 fn reader(p: &Arc<EmuPlatform>) -> Reader<Arc<EmuPlatform>> {
-    let mut l3 = p.l3().clone();
-    l3.counter_width_linux = p.counter_width();
-    let caps = Caps::from_l3(&l3, p.cpu_info().monitoring.max_rmid_any.unwrap());
+    let caps = Caps::from_l3(p.l3(), p.cpu_info().monitoring.max_rmid_any.unwrap());
     Reader::new(p.clone(), caps, &p.domains(), Retries::default())
 }
 
 fn backend(p: &Arc<EmuPlatform>, min_limbo: Duration, tag: bool) -> MsrBackend<Arc<EmuPlatform>> {
     let caps = reader(p).caps().clone();
-    let cfg = Config {
-        max_rmid: caps.max_rmid,
-        threshold_bytes: Config::default_threshold(p.l3_bytes(), caps.max_rmid),
-        min_limbo,
-    };
+    let cfg = Config::with_default_threshold(caps.max_rmid, p.l3_bytes(), min_limbo);
     let info = BackendInfo {
         label: "emulated".into(),
         cpuid: String::new(),

@@ -34,6 +34,11 @@ impl Config {
     pub fn default_threshold(l3_bytes: u64, max_rmid: Rmid) -> u64 {
         l3_bytes / (u64::from(max_rmid) + 1)
     }
+
+    /// RMIDs 1..=`max_rmid` of an L3 of `l3_bytes`, clean below Linux's default threshold.
+    pub fn with_default_threshold(max_rmid: Rmid, l3_bytes: u64, min_limbo: Duration) -> Config {
+        Config { max_rmid, threshold_bytes: Config::default_threshold(l3_bytes, max_rmid), min_limbo }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
