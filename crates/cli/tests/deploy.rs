@@ -3,6 +3,8 @@
 //! run under Docker with exactly the DaemonSet's privileges (docs/deploy.md).
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+use common::{docker, sandbox};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -49,11 +51,6 @@ fn systemd_unit_verifies() {
     assert!(out.status.success() && text.trim().is_empty(), "{text}");
 }
 
-fn docker(args: &[&str]) -> Option<String> {
-    let out = Command::new("docker").args(args).stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// The capabilities the DaemonSet adds (its `add: [...]` line).
 fn daemonset_caps() -> Vec<String> {
     let ds = std::fs::read_to_string(deploy().join("kubernetes/daemonset.yaml")).unwrap();
@@ -66,14 +63,10 @@ fn daemonset_caps() -> Vec<String> {
 /// busy host container's CPU time is recorded.
 #[test]
 fn image_runs_with_the_daemonsets_privileges() {
-    use cachescope_cgroups::sandbox::Sandbox;
     if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
         return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
     }
-    let mut sb = match Sandbox::for_host("cachescope-image") {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox("cachescope-image") else { return };
     let bin = env!("CARGO_BIN_EXE_cachescope");
     let root = tempfile::tempdir().unwrap();
     let put = |from: &str| {

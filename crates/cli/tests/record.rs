@@ -4,9 +4,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
+use common::{docker, sandbox};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -443,11 +445,7 @@ fn busy_and_idle(sb: &mut cachescope_cgroups::sandbox::Sandbox) {
 }
 
 fn host_drive_case(pmu: &str, source: &str) {
-    use cachescope_cgroups::sandbox::Sandbox;
-    let mut sb = match Sandbox::for_host(&format!("cachescope-hostdrive-{pmu}")) {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox(&format!("cachescope-hostdrive-{pmu}")) else { return };
     let base = sb.rel();
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("rec");
@@ -507,16 +505,12 @@ fn host_drive_case(pmu: &str, source: &str) {
 /// `unsupported` and the reason in the file; and the same process serves /metrics.
 #[test]
 fn host_without_cache_monitoring_records_cpu_time_and_serves() {
-    use cachescope_cgroups::sandbox::Sandbox;
     let info = bin().args(["info", "--json"]).output().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     if j["auto"]["cache_monitoring"] != "none" {
         return println!("skip: this host has cache monitoring ({})", j["auto"]["cache_monitoring"]);
     }
-    let mut sb = match Sandbox::for_host("cachescope-nordt") {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox("cachescope-nordt") else { return };
     let base = sb.rel();
     busy_and_idle(&mut sb);
     let dir = tempfile::tempdir().unwrap();
@@ -610,11 +604,7 @@ fn record_while_busy(
 /// reported.
 #[test]
 fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
-    use cachescope_cgroups::sandbox::Sandbox;
-    let mut sb = match Sandbox::for_host("cachescope-escape") {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox("cachescope-escape") else { return };
     let base = sb.rel();
     let (inner, mut busy) = busy_child(&sb.add("c").unwrap());
     // The same Docker id under two parents.
@@ -679,11 +669,7 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
 /// A container nested deeper than any real tree (40 levels) is still found.
 #[test]
 fn deeply_nested_containers_are_found() {
-    use cachescope_cgroups::sandbox::Sandbox;
-    let mut sb = match Sandbox::for_host("cachescope-deep") {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox("cachescope-deep") else { return };
     let base = sb.rel();
     let top = sb.add("d").unwrap();
     let mut dirs = vec![top.clone()];
@@ -723,11 +709,7 @@ fn deeply_nested_containers_are_found() {
 /// the outer one.
 #[test]
 fn nested_containers_are_each_reported_and_charged() {
-    use cachescope_cgroups::sandbox::Sandbox;
-    let mut sb = match Sandbox::for_host("cachescope-nest") {
-        Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
-    };
+    let Some(mut sb) = sandbox("cachescope-nest") else { return };
     let base = sb.rel();
     let (inner, mut busy) = busy_child(&sb.add("outer").unwrap());
     let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/**"), &inner, &mut busy);
@@ -750,12 +732,6 @@ fn nested_containers_are_each_reported_and_charged() {
     println!("outer {o_ns} ns, inner {i_ns} ns; the busy loop used {cpu_ns} ns");
     assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns * 11 / 10 + 50_000_000, "inner: {i_ns} of {cpu_ns}");
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
-}
-
-/// `docker`, as a command; its output when it succeeds.
-fn docker(args: &[&str]) -> Option<String> {
-    let out = Command::new("docker").args(args).stderr(Stdio::null()).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// A local image holding busybox (no registry: `docker import` of a one-binary root).

@@ -1,0 +1,22 @@
+//! Helpers the CLI's test binaries share.
+#![allow(dead_code)] // each test binary uses its own part
+
+use cachescope_cgroups::sandbox::Sandbox;
+use std::process::{Command, Stdio};
+
+/// `docker`, as a command; its output when it succeeds.
+pub fn docker(args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").args(args).stderr(Stdio::null()).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A sandbox cgroup on this host's v2 tree, or None after saying why the test skips.
+pub fn sandbox(prefix: &str) -> Option<Sandbox> {
+    match Sandbox::for_host(prefix) {
+        Ok(s) => Some(s),
+        Err(why) => {
+            println!("skip: {why}");
+            None
+        }
+    }
+}
