@@ -14,13 +14,7 @@ bin=${CACHESCOPE:-target/release/cachescope}
 [ -n "${CACHESCOPE:-}" ] || cargo build --release -q -p cachescope
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-{
-  printf '[platform]\nmodel = "intel-xeon-platinum-8160"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n'
-  for i in $(seq 0 $((n - 1))); do
-    printf '\n[[container]]\nname = "c%02d"\ncpus = [%d]\nfootprint_mib = %d\nbandwidth_mbps = %d\nlocal_fraction = 0.8\nstart_ms = 0\n' \
-      "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
-  done
-} >"$work/s.toml"
+scripts/many-containers.sh "$n" >"$work/s.toml"
 /usr/bin/time -f 'TIME %e %U %S %M' "$bin" record --scenario "$work/s.toml" \
   --duration "${secs}s" --output "$work/rec" 2>"$work/err" || { cat "$work/err"; exit 1; }
 grep -v '^TIME' "$work/err"

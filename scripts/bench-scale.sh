@@ -19,13 +19,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '%10s %12s %14s %14s %16s %18s\n' containers intervals "us/interval" "% of 1 ms" "missed (real)" "mean period (real)"
 for n in "${counts[@]}"; do
-  {
-    printf '[platform]\nmodel = "intel-xeon-platinum-8160"\nl3_mib = 32\ndomains = 2\ncpus_per_domain = 8\n'
-    for i in $(seq 0 $((n - 1))); do
-      printf '\n[[container]]\nname = "c%04d"\ncpus = [%d]\nfootprint_mib = %d\nbandwidth_mbps = %d\nstart_ms = 0\n' \
-        "$i" $((i % 16)) $((1 + i % 4)) $((50 + (i * 37) % 450))
-    done
-  } >"$work/s.toml"
+  scripts/many-containers.sh "$n" >"$work/s.toml"
   rm -rf "$work/rec"
   /usr/bin/time -f 'TIME %e %U %S' target/release/cachescope record --scenario "$work/s.toml" --fast \
     --duration "${secs}s" --output "$work/rec" 2>"$work/err" || { cat "$work/err"; exit 1; }
