@@ -14,6 +14,7 @@ APT_NEEDS=(
   "busybox:busybox-static"  # the root of the test image (docker import, no registry)
   "promtool:prometheus"  # checks /metrics, the rules and the dashboard's queries (deploy/)
   "systemd-analyze:systemd"  # verifies deploy/systemd/cachescope.service
+  "qemu-system-x86_64:qemu-system-x86"  # boots Debian's kernel with the kernel module (kmod/)
 )
 # Headers the build needs, checked by file: "path:package".
 APT_HEADERS=(
@@ -23,6 +24,10 @@ APT_HEADERS=(
 )
 
 missing=()
+# The kernel module builds against the headers of the kernel the QEMU test boots (Debian's
+# current one; its image is fetched by scripts/kmod-qemu.sh, never installed).
+dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" \
+  || missing+=(linux-headers-amd64)
 for entry in "${APT_NEEDS[@]}"; do
   cmd=${entry%%:*}; pkg=${entry#*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")

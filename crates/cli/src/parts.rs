@@ -32,6 +32,8 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     Auto,
+    /// The kernel module (kmod/): RMIDs at cgroup creation, sampled in the kernel.
+    Kmod,
     Resctrl,
     Msr,
     PerfCqm,
@@ -249,6 +251,7 @@ fn build(args: &Common) -> Result<Built, CliError> {
     let d = detect(&HostPaths::default(), &host, &LiveProbe);
     let name = match args.backend {
         Backend::Msr => "msr",
+        Backend::Kmod => "kmod",
         Backend::PerfCqm => "perf-cqm",
         Backend::None => "none",
         _ => d.auto(Role::CacheMonitoring).map_or("none", |b| b.name),
@@ -259,6 +262,7 @@ fn build(args: &Common) -> Result<Built, CliError> {
     }
     match name {
         "resctrl" => resctrl(args, false),
+        "kmod" => kmod(args, &host),
         "msr" => msr(args, &host),
         "none" => unsupported(args, &host, &d),
         _ => perf_cqm(args, &host),
@@ -412,6 +416,51 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
         pmu: Some(Box::new(pmu)),
         world: Some(Box::new(DrivenWorld::new(emu, domains, misses))),
         interval: args.msr_interval(),
+        virtual_time: false,
+        pmu_description: desc,
+    })
+}
+
+/// The kernel module: the host's containers, tagged by the kernel from their cgroup's creation
+/// (the runtimes' cgroups and `--containers` are its watch rules) and sampled there.
+fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
+    if args.cores.is_some() {
+        return Err(CliError::input("--cores is for the msr backend; the kernel module monitors containers"));
+    }
+    let h = args.cgroup_v2("the kmod backend")?;
+    let topo = topology()?;
+    let globs = args.globs()?;
+    let extra: Vec<String> =
+        args.containers.iter().filter(|g| *g != "auto").map(|g| g.trim_matches('/').to_string()).collect();
+    let dev = cachescope_kmod::Device::open(Path::new(cachescope_kmod::device::DEFAULT_PATH))
+        .map_err(CliError::unavailable)?;
+    let backend = cachescope_kmod::KmodBackend::new(dev, &cachescope_kmod::rules(&extra), host.summary())
+        .map_err(|e| match e {
+            cachescope_kmod::KmodError::Rule { .. } => CliError::input(format!("--containers: {e}")),
+            e => CliError::unavailable(e),
+        })?;
+    let k = *backend.kernel_info();
+    let period = Duration::from_nanos(k.interval_ns);
+    if let Some(i) = args.interval.filter(|i| *i != period) {
+        return Err(CliError::input(format!(
+            "--interval {i:?}: the module samples every {period:?} (its interval_us parameter); leave --interval out or reload it"
+        )));
+    }
+    if k.emulate != 0 {
+        eprintln!("cachescope: LLC occupancy and memory bandwidth are EMULATED by the kernel module (loaded with emulate=1)");
+    }
+    // PMU counts are charged to the module's domains: emulated ones deal CPUs round robin.
+    let params = cachescope_kmod::device::parameters(Path::new(cachescope_kmod::device::SYSFS)).unwrap_or_default();
+    let emu_domains: u32 = params.iter().find(|(n, _)| n == "emu_domains").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let dealt = k.emulate != 0 && emu_domains > 0;
+    let (pmu, desc) =
+        host_pmu(args, &topo, |c| if dealt { c % emu_domains } else { topo.domain_of(c).map_or(0, |d| d.id) });
+    Ok(Built {
+        backend: Box::new(backend),
+        containers: Box::new(HostContainers::start(&h, globs).map_err(CliError::unavailable)?),
+        pmu,
+        world: None,
+        interval: period,
         virtual_time: false,
         pmu_description: desc,
     })

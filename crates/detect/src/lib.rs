@@ -75,6 +75,8 @@ impl Detection {
         self.backends
             .iter()
             .filter(|b| role != Role::CacheMonitoring || AUTO_CACHE.contains(&b.name))
+            // A module loaded with emulate=1 is for tests: its values are never taken silently.
+            .filter(|b| !(b.name == "kmod" && b.reason.contains(KMOD_EMULATED)))
             .find(|b| b.role == role && b.available)
     }
 
@@ -83,8 +85,10 @@ impl Detection {
     }
 }
 
-/// The cache-monitoring backends `auto` may pick, in order.
-const AUTO_CACHE: [&str; 2] = ["resctrl", "none"];
+/// The cache-monitoring backends `auto` may pick, in order: the kernel module where it is
+/// loaded (it tags containers from their first instruction), then resctrl.
+const AUTO_CACHE: [&str; 3] = ["kmod", "resctrl", "none"];
+const KMOD_EMULATED: &str = "EMULATED counters";
 
 /// Probe everything. `host_cpu` is the running host's decoded CPUID (never a recorded dump:
 /// backends describe the machine we run on).
@@ -94,6 +98,7 @@ pub fn detect(paths: &HostPaths, host_cpu: &CpuInfo, probe: &dyn SyscallProbe) -
     let msr = msr(paths, &mounts, host_cpu, probe);
     Detection {
         backends: vec![
+            kmod(paths, &mounts),
             resctrl,
             msr,
             perf_cqm(paths),
@@ -181,6 +186,43 @@ pub fn msr(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo, probe: &dyn Sysca
         Ok(()) => BackendStatus::yes(N, Role::CacheMonitoring, format!("{} opens read-write", dev.display())),
         Err(e) => BackendStatus::no(N, Role::CacheMonitoring, map_open_error(&e, &dev, 0).to_string()),
     }
+}
+
+/// kmod: the cachescope kernel module (kmod/), loaded, with its device. Its parameters are
+/// read from sysfs; the device is not opened (opening it starts a session).
+pub fn kmod(paths: &HostPaths, mounts: &[Mount]) -> BackendStatus {
+    const N: &str = "kmod";
+    let dir = paths.sys_root.join("module/cachescope/parameters");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            "the cachescope kernel module is not loaded (make -C kmod && insmod kmod/cachescope.ko; kmod/README.md)",
+        );
+    };
+    let mut params: Vec<(String, String)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let v = std::fs::read_to_string(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), v.trim().to_string()))
+        })
+        .collect();
+    params.sort();
+    let emulate = params.iter().any(|(n, v)| n == "emulate" && v == "Y");
+    let listed: Vec<String> = params.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    let dev = paths.dev_root.join("cachescope");
+    if !dev.exists() {
+        return BackendStatus::no(N, Role::CacheMonitoring, format!("the module is loaded but {} is missing", dev.display()));
+    }
+    if let Some(m) = mountinfo::mounts_of(mounts, "resctrl").next().filter(|_| !emulate) {
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            format!("resctrl is mounted at {}: it owns IA32_PQR_ASSOC too; unmount it", m.mount_point.display()),
+        );
+    }
+    let what = if emulate { format!("loaded with {KMOD_EMULATED} (emulate=1)") } else { "loaded".to_string() };
+    BackendStatus::yes(N, Role::CacheMonitoring, format!("{what}, {}; {}", dev.display(), listed.join(" ")))
 }
 
 /// The legacy `intel_cqm` perf PMU (Linux 4.1–4.13).

@@ -19,6 +19,9 @@ pub enum Sampling {
     Virtual,
     /// No cache monitoring: rows carry `unsupported` and the PMU and CPU columns.
     Unsupported,
+    /// Sampled in the kernel (the kernel module): drained once per batch, each sample with its
+    /// own timestamp.
+    Kernel,
 }
 
 /// What a backend is and offers.
@@ -110,6 +113,11 @@ pub trait CacheBackend {
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts;
+    /// CLOCK_MONOTONIC at the run's t = 0, for backends whose samples carry the kernel's time.
+    fn origin(&mut self, _monotonic: Duration) {}
+    /// These containers stopped: their last samples are read next (a backend that samples in
+    /// the kernel waits here, briefly, for them).
+    fn stopping(&mut self, _ids: &[String]) {}
     /// Extra header lines (the backend's own counts).
     fn header(&self) -> Vec<String> {
         Vec::new()

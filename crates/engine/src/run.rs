@@ -167,13 +167,19 @@ impl State {
         let (from, to) = (self.origin + self.step, self.origin + at);
         let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
         let read = |id: &str| budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id);
+        if !stopped.is_empty() {
+            self.p.backend.stopping(stopped);
+        }
         self.p.backend.collect(at, &read, &mut self.raw).map_err(part("backend"))?;
         for s in self.raw.drain(..) {
+            // Rows keep their sample's time (the kernel's, for backends sampled there): the
+            // PMU columns joined to them are those of that instant.
+            let when = s.at;
             let row = self.derive.row(s, self.step);
             if row.status == Status::Error {
                 self.read_errors += 1;
             }
-            self.pending.push_back(Pending::Row(at, row));
+            self.pending.push_back(Pending::Row(when, row));
         }
         // Containers without an RMID: a `no_rmid` row in every domain, made here only.
         let start_real = self.derive.start_real_ns();
@@ -323,7 +329,7 @@ fn due(
     out: &mut Vec<Duration>,
 ) {
     out.clear();
-    if sampling == Sampling::Tick {
+    if matches!(sampling, Sampling::Tick | Sampling::Kernel) {
         if limit > step && limit + wake / 2 >= step + interval {
             out.push(limit);
         }
@@ -345,12 +351,16 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         // Read at every interval, but look for new containers more often, so one is attached
         // within LIFECYCLE_EVERY of being reported (resctrl reads every 100 ms by default).
         Sampling::Tick => opts.interval.min(LIFECYCLE_EVERY),
+        // Drained in batches: the samples keep the kernel's times.
+        Sampling::Kernel => opts.batch.max(opts.interval),
         // A whole number of intervals per wake-up.
         _ => opts.interval * (opts.batch.as_nanos() / opts.interval.as_nanos().max(1)).max(1) as u32,
     };
     let mut clock = Clock::new(wake, opts.duration, opts.virtual_time, opts.stop.clone())?;
     let counted = parts.pmu.as_ref().map(|p| p.counted()).unwrap_or_default();
     let drain_every = parts.pmu.as_ref().map_or(wake, |p| p.drain_every());
+    let mut parts = parts;
+    parts.backend.origin(clock.origin());
     let mut st = State {
         p: parts,
         interval: opts.interval,
@@ -457,7 +467,8 @@ fn run_loop(
             let began = thread_cpu();
             let reads = st.sample(at)?;
             // In real time, each interval's cost sets how many the next one reads.
-            if !clock.is_virtual() {
+            // (The kernel decides what it samples: its batches are not budgeted here.)
+            if !clock.is_virtual() && info.sampling != Sampling::Kernel {
                 st.budget.adjust(thread_cpu().saturating_sub(began), reads, opts.interval, st.slots.count());
             }
         }

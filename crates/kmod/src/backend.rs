@@ -1,0 +1,349 @@
+//! The engine's backend over the module: containers are tagged by the kernel (at cgroup
+//! creation when they match the rules, or when attached here), sampled there every interval,
+//! and drained here once per batch; each record keeps the kernel's timestamp.
+
+use crate::abi::{flags, kind, Info, Record, Stats};
+use crate::device::{Device, KmodError};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
+use cachescope_hw::msr::Cumulative;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Records of cgroups not (yet) attached here are kept this long (a container is reported
+/// by the cgroup watcher a few milliseconds after the kernel tagged it).
+const EARLY_KEEP: Duration = Duration::from_secs(2);
+/// And at most this many in all.
+const EARLY_MAX: usize = 200_000;
+
+struct Tracked {
+    meta: Arc<ContainerMeta>,
+    dir: PathBuf,
+    /// The time of the RMID assignment the counters belong to (their generation).
+    generation: u64,
+    rmid: Option<u32>,
+    /// Domains whose last counters (DETACH) have arrived.
+    detached: usize,
+}
+
+pub struct KmodBackend {
+    dev: Device,
+    info: BackendInfo,
+    kinfo: Info,
+    /// cgroup id → container, and container id → cgroup id.
+    by_cgroup: HashMap<u64, Tracked>,
+    cgroup_of: HashMap<String, u64>,
+    /// Records of cgroups not attached here yet, oldest first per cgroup.
+    early: HashMap<u64, Vec<Record>>,
+    early_len: usize,
+    records: Vec<Record>,
+    /// CLOCK_MONOTONIC at the run's t = 0.
+    origin: Duration,
+    lost_kernel: u64,
+    lost_early: u64,
+    no_rmid: Vec<(String, WaitReason)>,
+    stats: Stats,
+}
+
+fn monotonic() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl KmodBackend {
+    /// `rules`: globs over cgroup v2 paths whose cgroups get an RMID when created (the
+    /// runtimes' container cgroups and `--containers`), `!` to exclude.
+    pub fn new(dev: Device, rules: &[String], cpuid: String) -> Result<KmodBackend, KmodError> {
+        let k = dev.info()?;
+        let adopted = dev.set_rules(rules)?;
+        let emulated = (k.emulate != 0).then(|| {
+            format!(
+                "the kernel module's model (emulate=1: 1 byte per ns a CPU runs under an RMID, {}% local, L3 {} KiB)",
+                k.local_pct,
+                k.l3_bytes >> 10
+            )
+        });
+        let label = format!(
+            "kmod ({}, {} RMIDs, every {} us{})",
+            dev.path().display(),
+            k.num_rmids,
+            k.interval_ns / 1000,
+            if k.emulate != 0 { ", EMULATED" } else { "" }
+        );
+        let info = BackendInfo {
+            label,
+            cpuid,
+            domains: k.domains().to_vec(),
+            upscale: k.upscale,
+            l3_bytes: Some(k.l3_bytes),
+            mbm_width: k.ctr_width,
+            mbm_unit: k.upscale,
+            sampling: Sampling::Kernel,
+            emulated,
+            upkeep_every: Duration::from_millis(100),
+            metadata: vec![
+                ("cachescope.kmod.interval_ns".into(), k.interval_ns.to_string()),
+                ("cachescope.kmod.num_rmids".into(), k.num_rmids.to_string()),
+                ("cachescope.kmod.rules".into(), rules.join(" ")),
+                ("cachescope.kmod.adopted".into(), adopted.to_string()),
+            ],
+        };
+        Ok(KmodBackend {
+            dev,
+            info,
+            kinfo: k,
+            by_cgroup: HashMap::new(),
+            cgroup_of: HashMap::new(),
+            early: HashMap::new(),
+            early_len: 0,
+            records: Vec::new(),
+            origin: monotonic(),
+            lost_kernel: 0,
+            lost_early: 0,
+            no_rmid: Vec::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn kernel_info(&self) -> &Info {
+        &self.kinfo
+    }
+
+    fn at(&self, time_ns: u64) -> Duration {
+        Duration::from_nanos(time_ns).saturating_sub(self.origin)
+    }
+
+    /// Drain the device into `self.records`.
+    fn drain(&mut self) -> Result<(), String> {
+        self.dev.drain(&mut self.records).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn waiting_reason(&mut self) -> WaitReason {
+        if let Ok(s) = self.dev.stats() {
+            self.stats = s;
+        }
+        if self.stats.rmids_limbo > 0 {
+            WaitReason::Limbo
+        } else {
+            WaitReason::Exhausted
+        }
+    }
+
+    /// One record of an attached cgroup as a sample (None: not a sample).
+    fn sample(&mut self, r: &Record) -> Option<RawSample> {
+        let at = self.at(r.time_ns);
+        let t = self.by_cgroup.get_mut(&r.cgroup_id)?;
+        match r.kind {
+            kind::ATTACH => {
+                t.generation = r.time_ns;
+                t.rmid = Some(r.rmid);
+                t.detached = 0;
+            }
+            kind::DETACH => t.detached += 1,
+            kind::SAMPLE => {}
+            kind::NO_RMID => {
+                if t.rmid.take().is_some() {
+                    let id = t.meta.id.clone();
+                    self.no_rmid.push((id, WaitReason::Exhausted));
+                }
+                return None;
+            }
+            _ => return None,
+        }
+        let mut s = RawSample::new(t.meta.clone(), u32::from(r.domain), at);
+        s.rmid = Some(r.rmid);
+        let f = r.flags;
+        s.status = if f & (flags::OCC_ERROR | flags::TOTAL_ERROR | flags::LOCAL_ERROR) != 0 {
+            Status::Error
+        } else if f & (flags::OCC_UNAVAIL | flags::TOTAL_UNAVAIL | flags::LOCAL_UNAVAIL) != 0 {
+            Status::Unavailable
+        } else {
+            Status::Ok
+        };
+        let upscale = self.kinfo.upscale;
+        if f & (flags::OCC_NONE | flags::OCC_ERROR | flags::OCC_UNAVAIL) == 0 {
+            s.occupancy_bytes = Some(r.occupancy.saturating_mul(upscale));
+        }
+        let generation = t.generation;
+        let counter = |value: u64, bad: u8| {
+            (f & (flags::MBM_NONE | bad) == 0).then_some(Cumulative { generation, value })
+        };
+        s.mbm_total = counter(r.mbm_total, flags::TOTAL_ERROR | flags::TOTAL_UNAVAIL);
+        s.mbm_local = counter(r.mbm_local, flags::LOCAL_ERROR | flags::LOCAL_UNAVAIL);
+        Some(s)
+    }
+
+    fn keep_early(&mut self, r: Record) {
+        if self.early_len >= EARLY_MAX {
+            self.lost_early += 1;
+            return;
+        }
+        self.early.entry(r.cgroup_id).or_default().push(r);
+        self.early_len += 1;
+    }
+
+    fn prune_early(&mut self) {
+        let cutoff = monotonic().saturating_sub(EARLY_KEEP).as_nanos() as u64;
+        let mut dropped = 0;
+        self.early.retain(|_, v| {
+            let keep = v.last().is_some_and(|r| r.time_ns >= cutoff);
+            if !keep {
+                dropped += v.len();
+            }
+            keep
+        });
+        self.early_len -= dropped;
+    }
+}
+
+impl CacheBackend for KmodBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn origin(&mut self, monotonic: Duration) {
+        self.origin = monotonic;
+    }
+
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+        let (Some(cgid), Some(dir)) = (c.cgroup_id, c.dir.clone()) else {
+            return Ok(Attach::Waiting(WaitReason::CannotTag));
+        };
+        let rmid = match self.dev.attach(&dir) {
+            Ok(r) => r,
+            // Gone already: its stop follows from the container source.
+            Err(KmodError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.to_string()),
+        };
+        let Some(rmid) = rmid else {
+            return Ok(Attach::Waiting(self.waiting_reason()));
+        };
+        self.cgroup_of.insert(c.id().to_string(), cgid);
+        let t = Tracked { meta: c.meta.clone(), dir, generation: 0, rmid: Some(rmid), detached: 0 };
+        self.by_cgroup.insert(cgid, t);
+        // What the kernel recorded before we knew the container (its ATTACH baseline first).
+        if let Some(v) = self.early.remove(&cgid) {
+            self.early_len -= v.len();
+            let mut v = v;
+            v.append(&mut self.records);
+            self.records = v;
+        }
+        Ok(Attach::Monitored { rmid: Some(rmid) })
+    }
+
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
+        let Some(cgid) = self.cgroup_of.remove(id) else { return Ok(()) };
+        if let Some(t) = self.by_cgroup.remove(&cgid) {
+            // A live cgroup (the RMID policy takes its RMID): the kernel stops tagging it.
+            self.dev.detach(&t.dir).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    fn stopping(&mut self, ids: &[String]) {
+        // Their cgroups are gone: the kernel reads their last counters at each domain's next
+        // tick. Wait for those (a few intervals at most) so no byte of the end is lost.
+        let domains = self.kinfo.nr_domains as usize;
+        let wanted: Vec<u64> = ids.iter().filter_map(|id| self.cgroup_of.get(id).copied()).collect();
+        let deadline = Instant::now() + Duration::from_nanos(self.kinfo.interval_ns.saturating_mul(4)).max(Duration::from_millis(4));
+        while !wanted.is_empty() && Instant::now() < deadline {
+            let from = self.records.len();
+            if self.drain().is_err() {
+                return;
+            }
+            let done = |cg: &u64, recs: &[Record]| {
+                let n = recs.iter().filter(|r| r.cgroup_id == *cg && r.kind == kind::DETACH).count();
+                n + self.by_cgroup.get(cg).map_or(domains, |t| t.detached) >= domains
+            };
+            let _ = from;
+            if wanted.iter().all(|cg| done(cg, &self.records)) {
+                return;
+            }
+            let _ = self.dev.wait(Duration::from_millis(1));
+        }
+    }
+
+    fn collect(&mut self, _now: Duration, _read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+        // The kernel decided what to read (what ran, and the rest round robin): all of it is kept.
+        self.drain()?;
+        let records = std::mem::take(&mut self.records);
+        for r in &records {
+            match r.kind {
+                kind::OVERRUN => self.lost_kernel += r.occupancy,
+                kind::FREED => {}
+                _ if self.by_cgroup.contains_key(&r.cgroup_id) => {
+                    if let Some(s) = self.sample(r) {
+                        out.push(s);
+                    }
+                }
+                _ => self.keep_early(*r),
+            }
+        }
+        self.records = records;
+        self.records.clear();
+        out.sort_by_key(|s| s.at);
+        Ok(())
+    }
+
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+        self.prune_early();
+        if let Ok(s) = self.dev.stats() {
+            self.stats = s;
+        }
+        let lost = std::mem::take(&mut self.no_rmid);
+        for (id, _) in &lost {
+            if let Some(cg) = self.cgroup_of.remove(id) {
+                self.by_cgroup.remove(&cg);
+            }
+        }
+        Ok(lost)
+    }
+
+    fn slots(&self) -> SlotCounts {
+        SlotCounts { in_use: self.stats.rmids_in_use, limbo: self.stats.rmids_limbo }
+    }
+
+    fn header(&self) -> Vec<String> {
+        let s = &self.stats;
+        let mut v = vec![format!(
+            "kmod: {} RMIDs free, {} cgroups watched, {} waiting for an RMID; sampling {:.1} us per tick (max {:.1}) over {} ticks",
+            s.rmids_free,
+            s.cgroups,
+            s.waiting,
+            if s.ticks > 0 { s.tick_ns as f64 / s.ticks as f64 / 1e3 } else { 0.0 },
+            s.tick_ns_max as f64 / 1e3,
+            s.ticks
+        )];
+        if self.lost_kernel > 0 || self.lost_early > 0 || s.misplaced > 0 {
+            v.push(format!(
+                "kmod: LOST {} records to a full ring, {} of cgroups never attached here; {} ticks off their domain",
+                self.lost_kernel, self.lost_early, s.misplaced
+            ));
+        }
+        v
+    }
+
+    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+        let s = self.dev.stats().map_err(|e| e.to_string())?;
+        let mut m = vec![format!(
+            "kmod: {} context switches seen, PQR_ASSOC written {} times; {} sampling ticks, {:.1} us each on average; \
+             closing the device restores PQR_ASSOC and sends {} RMIDs to limbo",
+            s.switches,
+            s.pqr_writes,
+            s.ticks,
+            if s.ticks > 0 { s.tick_ns as f64 / s.ticks as f64 / 1e3 } else { 0.0 },
+            s.rmids_in_use
+        )];
+        if s.overruns > 0 || self.lost_early > 0 {
+            m.push(format!(
+                "kmod: {} records lost to a full ring (raise ring_records), {} dropped for cgroups never attached",
+                s.overruns, self.lost_early
+            ));
+        }
+        Ok(m)
+    }
+}
