@@ -17,29 +17,33 @@ insmod /cachescope.ko 2>/dev/null; say refuse_no_rdt=$?
 dmesg | grep -q "does not enumerate L3 cache monitoring" && say refuse_no_rdt_said=1
 insmod /cachescope.ko emulate=1 interval_us=10 2>/dev/null; say refuse_interval=$?
 insmod /cachescope.ko emulate=1 ring_records=1000 2>/dev/null; say refuse_ring=$?
-# Four RMIDs: 1..3 handed out, so the fourth container waits. A 4 MiB L3: one busy CPU
-# fills it in 4 ms; limbo's threshold is 4 MiB / 4.
-insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=4 emu_upscale=4096
+# Five RMIDs: 1..4 handed out, so the fifth container waits. A 4 MiB L3: one busy CPU
+# fills it in 4 ms; limbo's threshold is 4 MiB / 5.
+insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=5 emu_upscale=4096
 say load=$?
 [ -e /dev/cachescope ] || { say device=missing; finish; }
 cachescope info | grep -i "kmod" | sed 's/^/CS-INFO /'
 
-mkdir /sys/fs/cgroup/ctr
+# A container that exists before cachescope starts: adopted when the rules are set.
+mkdir -p /sys/fs/cgroup/ctr/pre
+sh -c 'echo $$ > /sys/fs/cgroup/ctr/pre/cgroup.procs; exec sleep 100' &
+P=$!
 cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 7s \
     >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
 sleep 1
 cat /dev/cachescope >/dev/null 2>&1; say second_open=$?
 cd /sys/fs/cgroup/ctr
-mkdir busy idle extra over
-sh -c 'echo $$ > /sys/fs/cgroup/ctr/busy/cgroup.procs; while :; do :; done' &
+mkdir busy idle extra over busy/inner
+# The busy process runs in a cgroup nested in its container's: it shares the RMID.
+sh -c 'echo $$ > /sys/fs/cgroup/ctr/busy/inner/cgroup.procs; while :; do :; done' &
 B=$!
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/idle/cgroup.procs; exec sleep 100' &
 I=$!
 sleep 2
 kill -9 $B; wait $B 2>/dev/null
 say busy_usage_usec=$(usage busy)
-rmdir busy; say busy_rmdir=$?
+rmdir busy/inner busy; say busy_rmdir=$?
 sleep 0.5
 # The third container runs: its lines evict busy's, whose RMID leaves limbo for "over".
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/extra/cgroup.procs; while :; do :; done' &
@@ -50,7 +54,7 @@ say extra_usage_usec=$(usage extra)
 say idle_usage_usec=$(usage idle)
 wait $CS; say monitor_exit=$?
 sed 's/^/CS-STDERR /' /tmp/err.txt
-kill -9 $I
+kill -9 $I $P
 cd /
 echo CS-ROWS-BEGIN
 gzip -c /tmp/rows.jsonl | base64

@@ -434,7 +434,7 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
         args.containers.iter().filter(|g| *g != "auto").map(|g| g.trim_matches('/').to_string()).collect();
     let dev = cachescope_kmod::Device::open(Path::new(cachescope_kmod::device::DEFAULT_PATH))
         .map_err(CliError::unavailable)?;
-    let backend = cachescope_kmod::KmodBackend::new(dev, &cachescope_kmod::rules(&extra), host.summary())
+    let backend = cachescope_kmod::KmodBackend::new(Box::new(dev), &cachescope_kmod::rules(&extra), host.summary())
         .map_err(|e| match e {
             cachescope_kmod::KmodError::Rule { .. } => CliError::input(format!("--containers: {e}")),
             e => CliError::unavailable(e),

@@ -3,7 +3,7 @@
 //! and drained here once per batch; each record keeps the kernel's timestamp.
 
 use crate::abi::{flags, kind, Info, Record, Stats};
-use crate::device::{Device, KmodError};
+use crate::device::{KernelDevice, KmodError};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
@@ -29,7 +29,7 @@ struct Tracked {
 }
 
 pub struct KmodBackend {
-    dev: Device,
+    dev: Box<dyn KernelDevice>,
     info: BackendInfo,
     kinfo: Info,
     /// cgroup id → container, and container id → cgroup id.
@@ -57,7 +57,7 @@ fn monotonic() -> Duration {
 impl KmodBackend {
     /// `rules`: globs over cgroup v2 paths whose cgroups get an RMID when created (the
     /// runtimes' container cgroups and `--containers`), `!` to exclude.
-    pub fn new(dev: Device, rules: &[String], cpuid: String) -> Result<KmodBackend, KmodError> {
+    pub fn new(dev: Box<dyn KernelDevice>, rules: &[String], cpuid: String) -> Result<KmodBackend, KmodError> {
         let k = dev.info()?;
         let adopted = dev.set_rules(rules)?;
         let emulated = (k.emulate != 0).then(|| {

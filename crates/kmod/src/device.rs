@@ -29,6 +29,19 @@ pub enum KmodError {
     Rule { rule: String, why: String },
 }
 
+/// What the backend needs of the module: [`Device`] on a host where it is loaded, a fake in
+/// tests and in the collector's benchmark.
+pub trait KernelDevice: Send {
+    fn path(&self) -> &Path;
+    fn info(&self) -> Result<Info, KmodError>;
+    fn stats(&self) -> Result<Stats, KmodError>;
+    fn set_rules(&self, rules: &[String]) -> Result<u64, KmodError>;
+    fn attach(&self, dir: &Path) -> Result<Option<u32>, KmodError>;
+    fn detach(&self, dir: &Path) -> Result<(), KmodError>;
+    fn drain(&mut self, out: &mut Vec<Record>) -> Result<usize, KmodError>;
+    fn wait(&self, timeout: Duration) -> Result<bool, KmodError>;
+}
+
 pub struct Device {
     file: File,
     path: PathBuf,
@@ -196,4 +209,31 @@ pub fn parameters(sys_module: &Path) -> Option<Vec<(String, String)>> {
         .collect();
     v.sort();
     Some(v)
+}
+
+impl KernelDevice for Device {
+    fn path(&self) -> &Path {
+        Device::path(self)
+    }
+    fn info(&self) -> Result<Info, KmodError> {
+        Device::info(self)
+    }
+    fn stats(&self) -> Result<Stats, KmodError> {
+        Device::stats(self)
+    }
+    fn set_rules(&self, rules: &[String]) -> Result<u64, KmodError> {
+        Device::set_rules(self, rules)
+    }
+    fn attach(&self, dir: &Path) -> Result<Option<u32>, KmodError> {
+        Device::attach(self, dir)
+    }
+    fn detach(&self, dir: &Path) -> Result<(), KmodError> {
+        Device::detach(self, dir)
+    }
+    fn drain(&mut self, out: &mut Vec<Record>) -> Result<usize, KmodError> {
+        Device::drain(self, out)
+    }
+    fn wait(&self, timeout: Duration) -> Result<bool, KmodError> {
+        Device::wait(self, timeout)
+    }
 }

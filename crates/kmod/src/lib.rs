@@ -6,9 +6,10 @@
 pub mod abi;
 pub mod backend;
 pub mod device;
+pub mod fake;
 
 pub use backend::KmodBackend;
-pub use device::{Device, KmodError};
+pub use device::{Device, KernelDevice, KmodError};
 
 /// The rules that make the kernel tag the runtimes' container cgroups at creation, the same
 /// cgroups `cachescope_cgroups::identity` recognises by name (helpers such as conmon are
