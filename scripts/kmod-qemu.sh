@@ -5,6 +5,8 @@
 #
 #   scripts/kmod-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]
 #
+# (GUEST_SCRIPT runs as /init: kmod/test/guest.sh by default, kmod/test/bench.sh for
+# scripts/bench-kmod.sh.)
 # Leaves OUTDIR/console.log (the guest's serial console) and OUTDIR/rows.jsonl (its
 # recording). Debian's kernel image is downloaded once (apt-get download, never installed)
 # into ${CACHESCOPE_KMOD_CACHE:-target/kmod-qemu}. Needs qemu-system-x86, busybox-static,
@@ -44,7 +46,9 @@ rm -rf "$root" && mkdir -p "$root"/{bin,proc,sys,dev,tmp}
 cp /bin/busybox "$root/bin/busybox"
 for a in $(/bin/busybox --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
 objcopy --strip-debug "$bin" "$root/bin/cachescope"
-for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+# More programs for the guest (the benchmark): CACHESCOPE_QEMU_EXTRA="path ...".
+for extra in ${CACHESCOPE_QEMU_EXTRA:-}; do objcopy --strip-debug "$extra" "$root/bin/$(basename "$extra")"; done
+for lib in $(ldd "$bin" ${CACHESCOPE_QEMU_EXTRA:-} | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $1 !~ /:$/ { print $1 }' | sort -u); do
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done

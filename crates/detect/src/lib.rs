@@ -212,7 +212,11 @@ pub fn kmod(paths: &HostPaths, mounts: &[Mount]) -> BackendStatus {
     let listed: Vec<String> = params.iter().map(|(n, v)| format!("{n}={v}")).collect();
     let dev = paths.dev_root.join("cachescope");
     if !dev.exists() {
-        return BackendStatus::no(N, Role::CacheMonitoring, format!("the module is loaded but {} is missing", dev.display()));
+        return BackendStatus::no(
+            N,
+            Role::CacheMonitoring,
+            format!("the module is loaded but {} is missing", dev.display()),
+        );
     }
     if let Some(m) = mountinfo::mounts_of(mounts, "resctrl").next().filter(|_| !emulate) {
         return BackendStatus::no(

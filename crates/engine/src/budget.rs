@@ -29,6 +29,9 @@ pub struct ReadBudget {
     phase: u64,
     /// Groups (k) while cut: a container is read at least every `groups` intervals.
     groups: u64,
+    /// The grouping the next round uses: a container's group changes with their number, so
+    /// it changes only between rounds (else one could keep missing its turn).
+    next_groups: u64,
     /// The most groups used during the run, and the intervals sampled with a cut.
     pub max_groups: u64,
     pub cut_intervals: u64,
@@ -65,9 +68,14 @@ impl ReadBudget {
     /// Move to the next interval's group.
     pub fn next_interval(&mut self) {
         if self.cut() {
-            self.phase = (self.phase + 1) % self.groups.max(1);
             self.cut_intervals += 1;
             self.cut_groups += self.groups;
+            self.phase += 1;
+            if self.phase >= self.groups.max(1) {
+                // A round is over (every container was read once): regroup now.
+                self.phase = 0;
+                self.groups = self.next_groups.max(1);
+            }
         }
     }
 
@@ -104,11 +112,17 @@ impl ReadBudget {
         if next >= containers {
             self.capacity = None;
             self.groups = 1;
+            self.next_groups = 1;
+            self.phase = 0;
         } else {
+            let groups = containers.div_ceil(next) as u64;
+            if !self.cut() {
+                (self.groups, self.phase) = (groups, 0);
+            }
             self.capacity = Some(next);
-            self.groups = containers.div_ceil(next) as u64;
-            self.phase %= self.groups;
-            self.max_groups = self.max_groups.max(self.groups);
+            self.next_groups = groups;
+            // A round of the old grouping, then one of the new: the longest a container waits.
+            self.max_groups = self.max_groups.max(self.groups.max(groups));
         }
     }
 

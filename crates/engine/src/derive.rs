@@ -3,9 +3,11 @@
 //! [`cumulative_delta`]), and each row's own interval from its sample's timestamp.
 
 use crate::backend::RawSample;
-use crate::row::{Pmu, Row};
+use crate::row::{ContainerMeta, Pmu, Row};
 use cachescope_hw::msr::{cumulative_delta, Cumulative};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -20,24 +22,60 @@ pub struct Derive {
     unit: u64,
     /// CLOCK_REALTIME ns at the run's t = 0.
     start_real_ns: i64,
-    /// container id → domain → the previous sample (nested: looked up by &str).
-    prev: HashMap<String, HashMap<u32, Prev>>,
+    /// Per container (keyed by its metadata's address, which the chain keeps alive: a
+    /// multiply instead of hashing a 64-hex id on the per-row path), its few domains'
+    /// previous samples.
+    prev: HashMap<usize, Chain, BuildHasherDefault<AddrHasher>>,
+    /// container id → the addresses its chains are under (for forget).
+    by_id: HashMap<String, Vec<usize>>,
+}
+
+struct Chain {
+    _meta: Arc<ContainerMeta>,
+    doms: Vec<(u32, Prev)>,
+}
+
+/// Addresses are not chosen by anyone: a multiply spreads them enough.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        // A multiply leaves its entropy in the high bits; the table indexes with the low ones.
+        self.0 ^ (self.0 >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 ^ (n as u64 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 impl Derive {
     pub fn new(width: u32, unit: u64, start_real_ns: i64) -> Derive {
-        Derive { width, unit: unit.max(1), start_real_ns, prev: HashMap::new() }
+        Derive { width, unit: unit.max(1), start_real_ns, prev: HashMap::default(), by_id: HashMap::new() }
     }
 
     /// The row of `s`. `since`: where its interval starts when the container has no earlier
     /// sample in that domain (the previous step of the run).
     pub fn row(&mut self, s: RawSample, since: Duration) -> Row {
-        let doms = match self.prev.get_mut(s.container.id.as_str()) {
-            Some(d) => d,
-            None => self.prev.entry(s.container.id.clone()).or_default(),
-        };
+        let key = Arc::as_ptr(&s.container) as usize;
+        let chain = self.prev.entry(key).or_insert_with(|| {
+            self.by_id.entry(s.container.id.clone()).or_default().push(key);
+            Chain { _meta: s.container.clone(), doms: Vec::new() }
+        });
+        let doms = &mut chain.doms;
         let cur = Prev { at: s.at, total: s.mbm_total, local: s.mbm_local };
-        let prev = doms.insert(s.domain, cur);
+        let prev = match doms.iter_mut().find(|(d, _)| *d == s.domain) {
+            Some((_, p)) => Some(std::mem::replace(p, cur)),
+            None => {
+                doms.push((s.domain, cur));
+                None
+            }
+        };
         let (width, unit) = (self.width, self.unit);
         let delta = |p: Option<Cumulative>, c: Option<Cumulative>| -> Option<u64> {
             cumulative_delta(p, c?, width).map(|d| d.saturating_mul(unit))
@@ -64,18 +102,25 @@ impl Derive {
 
     /// A container stopped (or changed RMID): its next sample starts a new chain.
     pub fn forget(&mut self, id: &str) {
-        self.prev.remove(id);
+        for key in self.by_id.remove(id).unwrap_or_default() {
+            self.prev.remove(&key);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::{ContainerMeta, Status};
+    use crate::row::Status;
+
+    thread_local! {
+        // One container's metadata, as a backend keeps it from attach to detach.
+        static A: Arc<ContainerMeta> = ContainerMeta::named("a");
+    }
 
     fn sample(at_ms: u64, generation: u64, total: u64) -> RawSample {
         RawSample {
-            container: ContainerMeta::named("a"),
+            container: A.with(Arc::clone),
             domain: 0,
             at: Duration::from_millis(at_ms),
             rmid: Some(1),
@@ -101,5 +146,10 @@ mod tests {
         d.forget("a");
         let r = d.row(sample(9, 1, 200), Duration::from_millis(8));
         assert_eq!((r.mbm_total_bytes, r.interval_ns), (None, 1_000_000));
+        // A container attached again under the same id (new metadata) starts a new chain.
+        let again = RawSample { container: ContainerMeta::named("a"), ..sample(10, 1, 300) };
+        assert_eq!(d.row(again, Duration::from_millis(9)).mbm_total_bytes, None);
+        d.forget("a");
+        assert!(d.prev.is_empty() && d.by_id.is_empty(), "forget drops every chain of the id");
     }
 }

@@ -73,7 +73,8 @@ impl Record {
     /// Encodes it (the test module's fake device writes these).
     pub fn encode(&self) -> [u8; RECORD_SIZE] {
         let mut b = [0u8; RECORD_SIZE];
-        for (i, v) in [self.time_ns, self.cgroup_id, self.occupancy, self.mbm_total, self.mbm_local].iter().enumerate() {
+        for (i, v) in [self.time_ns, self.cgroup_id, self.occupancy, self.mbm_total, self.mbm_local].iter().enumerate()
+        {
             b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         b[40..44].copy_from_slice(&self.rmid.to_le_bytes());
@@ -208,7 +209,15 @@ mod tests {
 
     #[test]
     fn refuses_other_versions() {
-        let mut i = Info { abi_version: 1, record_size: 48, nr_domains: 1, num_rmids: 4, upscale: 1, ctr_width: 24, ..Default::default() };
+        let mut i = Info {
+            abi_version: 1,
+            record_size: 48,
+            nr_domains: 1,
+            num_rmids: 4,
+            upscale: 1,
+            ctr_width: 24,
+            ..Default::default()
+        };
         assert!(check(&i).is_ok());
         i.abi_version = 2;
         assert!(check(&i).unwrap_err().contains("ABI 2"));

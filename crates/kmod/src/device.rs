@@ -55,13 +55,11 @@ impl Device {
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
-                    KmodError::NotLoaded { path: path.into() }
-                }
-                Some(libc::EBUSY) => KmodError::Busy { path: path.into() },
-                Some(libc::EACCES) | Some(libc::EPERM) => KmodError::Denied { path: path.into() },
-                _ => KmodError::Io { path: path.into(), what: "open", source: e },
-            })?;
+            Some(libc::ENOENT) | Some(libc::ENXIO) | Some(libc::ENODEV) => KmodError::NotLoaded { path: path.into() },
+            Some(libc::EBUSY) => KmodError::Busy { path: path.into() },
+            Some(libc::EACCES) | Some(libc::EPERM) => KmodError::Denied { path: path.into() },
+            _ => KmodError::Io { path: path.into(), what: "open", source: e },
+        })?;
         let dev = Device { file, path: path.into(), buf: vec![0; RECORD_SIZE * 4096] };
         let info = dev.info()?;
         abi::check(&info).map_err(|e| KmodError::Abi(e, path.into()))?;
@@ -145,9 +143,11 @@ impl Device {
             Err(e) => return Err(KmodError::Io { path: dir.into(), what: "opening the cgroup to detach", source: e }),
         };
         let mut fd: i32 = d.as_raw_fd();
-        self.ioctl(abi::IOC_DETACH, &mut fd)
-            .map(|_| ())
-            .map_err(|e| KmodError::Io { path: dir.into(), what: "detaching the cgroup", source: e })
+        self.ioctl(abi::IOC_DETACH, &mut fd).map(|_| ()).map_err(|e| KmodError::Io {
+            path: dir.into(),
+            what: "detaching the cgroup",
+            source: e,
+        })
     }
 
     /// Everything in the ring now, appended to `out`; how many records.

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// Fills the queue at each drain, as the kernel's timer would have between two reads.
+pub type Generator = Box<dyn FnMut(&mut VecDeque<Record>) + Send>;
+
 #[derive(Default)]
 pub struct FakeState {
     pub info: Info,
@@ -18,7 +21,7 @@ pub struct FakeState {
     pub rules: Vec<String>,
     pub detached: Vec<PathBuf>,
     /// Called at every drain: lets a benchmark generate what the kernel would have.
-    pub generator: Option<Box<dyn FnMut(&mut VecDeque<Record>) + Send>>,
+    pub generator: Option<Generator>,
 }
 
 /// The test keeps a clone of the handle; the backend owns the device.

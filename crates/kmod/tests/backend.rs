@@ -48,7 +48,8 @@ fn rec(kind: u8, t_ms: u64, cgid: u64, domain: u16, total: u64) -> Record {
 }
 
 fn backend(k: &FakeKernel) -> KmodBackend {
-    let mut b = KmodBackend::new(Box::new(k.clone()), &cachescope_kmod::rules(&["ctr/*".into()]), "cpu".into()).unwrap();
+    let mut b =
+        KmodBackend::new(Box::new(k.clone()), &cachescope_kmod::rules(&["ctr/*".into()]), "cpu".into()).unwrap();
     b.origin(Duration::ZERO);
     b
 }
@@ -80,7 +81,12 @@ fn records_before_attach_are_replayed_with_their_times() {
         .collect();
     assert_eq!(
         got,
-        vec![(10, 0, None, Some(100)), (10, 1, None, Some(200)), (11, 0, Some(192), Some(150)), (12, 1, Some(192), Some(260))],
+        vec![
+            (10, 0, None, Some(100)),
+            (10, 1, None, Some(200)),
+            (11, 0, Some(192), Some(150)),
+            (12, 1, Some(192), Some(260))
+        ],
         "the baseline first, occupancy in bytes (3 x 64), kernel times, in time order"
     );
     assert!(out.iter().all(|s| s.mbm_total.unwrap().generation == 10_000_000), "one generation per assignment");
