@@ -157,3 +157,44 @@ fn live_probes_do_not_panic() {
     }
     assert!(d.get("emulated").unwrap().available);
 }
+
+#[test]
+fn kmod_states_and_auto() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = host(dir.path(), "nodev\tcgroup2\n", HYBRID);
+    let mounts = mountinfo::parse(HYBRID);
+    let k = kmod(&paths, &mounts);
+    assert!(!k.available && k.reason.contains("not loaded") && k.reason.contains("kmod/README.md"), "{}", k.reason);
+
+    let params = paths.sys_root.join("module/cachescope/parameters");
+    std::fs::create_dir_all(&params).unwrap();
+    for (n, v) in [("emulate", "N"), ("interval_us", "1000"), ("ring_records", "65536")] {
+        std::fs::write(params.join(n), format!("{v}\n")).unwrap();
+    }
+    let k = kmod(&paths, &mounts);
+    assert!(
+        !k.available && k.reason.contains("loaded but") && k.reason.ends_with("cachescope is missing"),
+        "{}",
+        k.reason
+    );
+
+    std::fs::create_dir_all(&paths.dev_root).unwrap();
+    std::fs::write(paths.dev_root.join("cachescope"), "").unwrap();
+    let k = kmod(&paths, &mounts);
+    assert!(k.available, "{}", k.reason);
+    assert!(k.reason.contains("emulate=N interval_us=1000 ring_records=65536"), "parameters listed: {}", k.reason);
+    let d = detect(&paths, &cpu(true), &FakeKernel::ok());
+    assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "kmod", "a loaded module on real RDT comes first");
+
+    // resctrl mounted: both would own PQR_ASSOC.
+    let mi = format!("{HYBRID}60 23 0:50 / /sys/fs/resctrl rw - resctrl resctrl rw\n");
+    let k = kmod(&paths, &mountinfo::parse(&mi));
+    assert!(!k.available && k.reason.contains("resctrl is mounted at /sys/fs/resctrl"), "{}", k.reason);
+
+    // Emulating: usable when asked for, never picked by auto.
+    std::fs::write(params.join("emulate"), "Y\n").unwrap();
+    let k = kmod(&paths, &mounts);
+    assert!(k.available && k.reason.contains("emulate=1"), "{}", k.reason);
+    let d = detect(&paths, &cpu(false), &FakeKernel::ok());
+    assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "none", "emulated counters are never picked silently");
+}
