@@ -65,3 +65,13 @@ for entry in "${PIP_NEEDS[@]}"; do
     python3 -m pip install -q "$pkg" >&2 || echo "setup: $pkg not installed; its tests skip" >&2
   fi
 done
+# Python modules (checked by import): DuckDB runs the README's queries in the test suite
+# (crates/cli/tests/queries.rs); it needs pytz to return time-zoned timestamps.
+PY_MODULES=("duckdb:duckdb==2.0.0" "pytz:pytz")
+for entry in "${PY_MODULES[@]}"; do
+  mod=${entry%%:*}; pkg=${entry#*:}
+  if command -v python3 >/dev/null 2>&1 && ! python3 -c "import $mod" 2>/dev/null; then
+    echo "setup: installing $pkg (PyPI)" >&2
+    python3 -m pip install -q "$pkg" >&2 || echo "setup: $pkg not installed; its tests skip" >&2
+  fi
+done

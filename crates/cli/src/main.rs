@@ -55,7 +55,7 @@ struct MonitorCmd {
 #[derive(clap::Args)]
 struct Files {
     /// Start a new file after this long.
-    #[arg(long, default_value = "10m", value_parser = duration::parse)]
+    #[arg(long, default_value = "1m", value_parser = duration::parse)]
     rotate_every: std::time::Duration,
     /// Start a new file after this many MiB.
     #[arg(long, default_value_t = 256)]

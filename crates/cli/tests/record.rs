@@ -136,7 +136,7 @@ fn recorded_scenario_matches_known_answers() {
     let files = parquet_files(&out_dir);
     assert!(!files.is_empty());
     let (batches, md) = read(&files);
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("1"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("2"));
     assert!(md.get("cachescope.backend").unwrap().contains("emulated"));
     assert!(md.get("cachescope.cpuid").unwrap().contains("GenuineIntel"));
     assert!(md.get("cachescope.monotonic_offset_ns").unwrap().parse::<i64>().unwrap() > 0);

@@ -74,11 +74,21 @@ pub enum Status {
     Unassigned,
     NoRmid,
     Unsupported,
+    /// The container stopped: the last row of its (container, domain), every value null, so
+    /// that readers carrying occupancy forward stop there (recorded files only).
+    Stopped,
 }
 
 impl Status {
-    pub const ALL: [Status; 6] =
-        [Status::Ok, Status::Unavailable, Status::Error, Status::Unassigned, Status::NoRmid, Status::Unsupported];
+    pub const ALL: [Status; 7] = [
+        Status::Ok,
+        Status::Unavailable,
+        Status::Error,
+        Status::Unassigned,
+        Status::NoRmid,
+        Status::Unsupported,
+        Status::Stopped,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -88,6 +98,7 @@ impl Status {
             Status::Unassigned => "unassigned",
             Status::NoRmid => "no_rmid",
             Status::Unsupported => "unsupported",
+            Status::Stopped => "stopped",
         }
     }
 

@@ -3,10 +3,12 @@
 //! occupancy by at least one upscale unit since the last row *kept*, any counter moved, the
 //! status or RMID changed, a value appeared or vanished — plus a keyframe row for every
 //! (container, domain) once per second. Readers carry occupancy forward; a counter absent
-//! from an interval moved by 0.
+//! from an interval moved by 0. When a container stops, [`Sparse::stop`] gives the row that
+//! ends each of its (container, domain) series (status `stopped`), where carrying forward ends.
 
-use crate::row::Row;
+use crate::row::{ContainerMeta, Pmu, Row};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Kept {
@@ -19,12 +21,20 @@ struct Kept {
     period: i64,
 }
 
+/// One container's series.
+struct Entry {
+    container: Arc<ContainerMeta>,
+    /// The end of the last interval seen (kept or not): where its series end.
+    seen_ns: i64,
+    domains: HashMap<u32, Kept>,
+}
+
 pub struct Sparse {
     upscale: u64,
     keyframe_ns: i64,
-    /// container id → domain → the last row kept (nested so the hot path looks up by &str
-    /// and allocates only for a new container).
-    last: HashMap<String, HashMap<u32, Kept>>,
+    /// container id → its series (nested so the hot path looks up by &str and allocates only
+    /// for a new container).
+    last: HashMap<String, Entry>,
     pub kept: u64,
     pub skipped: u64,
 }
@@ -56,7 +66,14 @@ impl Sparse {
                 present: present(&counters),
                 period,
             };
-            let prev = self.last.get(r.container.id.as_str()).and_then(|d| d.get(&r.domain));
+            let entry = self.last.get_mut(r.container.id.as_str());
+            let prev = match entry {
+                Some(e) => {
+                    e.seen_ns = e.seen_ns.max(r.time_ns);
+                    e.domains.get(&r.domain)
+                }
+                None => None,
+            };
             let keep = moved(&counters)
                 || match prev {
                     None => true,
@@ -73,11 +90,16 @@ impl Sparse {
                 };
             if keep {
                 match self.last.get_mut(r.container.id.as_str()) {
-                    Some(d) => {
-                        d.insert(r.domain, now);
+                    Some(e) => {
+                        e.domains.insert(r.domain, now);
                     }
                     None => {
-                        self.last.insert(r.container.id.clone(), HashMap::from([(r.domain, now)]));
+                        let e = Entry {
+                            container: r.container.clone(),
+                            seen_ns: r.time_ns,
+                            domains: HashMap::from([(r.domain, now)]),
+                        };
+                        self.last.insert(r.container.id.clone(), e);
                     }
                 }
                 self.kept += 1;
@@ -89,9 +111,30 @@ impl Sparse {
         out
     }
 
-    /// A container stopped: forget it, so a later one with the same id starts fresh.
-    pub fn forget(&mut self, id: &str) {
-        self.last.remove(id);
+    /// A container stopped: the rows that end its series (one per domain it had rows in, at
+    /// the end of its last interval, status `stopped`, no values), and it is forgotten, so a
+    /// later one with the same id starts fresh.
+    pub fn stop(&mut self, id: &str) -> Vec<Row> {
+        let Some(e) = self.last.remove(id) else { return Vec::new() };
+        let mut domains: Vec<u32> = e.domains.into_keys().collect();
+        domains.sort_unstable();
+        self.kept += domains.len() as u64;
+        domains
+            .into_iter()
+            .map(|domain| Row {
+                time_ns: e.seen_ns,
+                interval_ns: 0,
+                container: e.container.clone(),
+                domain,
+                rmid: None,
+                llc_occupancy_bytes: None,
+                mbm_total_bytes: None,
+                mbm_local_bytes: None,
+                pmu: Pmu::default(),
+                cpu_ns: None,
+                status: crate::Status::Stopped,
+            })
+            .collect()
     }
 }
 
@@ -141,11 +184,20 @@ mod tests {
     }
 
     #[test]
-    fn forgotten_container_starts_fresh() {
+    fn stopped_container_ends_its_series_and_starts_fresh() {
         let mut s = Sparse::new(100, 1_000_000_000);
-        s.filter(vec![row(1, Some(1000), Some(0), Status::Ok)]);
-        assert!(s.filter(vec![row(2, Some(1000), Some(0), Status::Ok)]).is_empty());
-        s.forget("a");
-        assert_eq!(s.filter(vec![row(3, Some(1000), Some(0), Status::Ok)]).len(), 1);
+        let mut other = row(1, Some(500), Some(0), Status::Ok);
+        other.domain = 1;
+        s.filter(vec![row(1, Some(1000), Some(0), Status::Ok), other]);
+        assert!(s.filter(vec![row(2, Some(1000), Some(0), Status::Ok)]).is_empty(), "unchanged: skipped");
+        let end = s.stop("a");
+        let got: Vec<_> = end.iter().map(|r| (r.time_ns, r.domain, r.status, r.llc_occupancy_bytes, r.rmid)).collect();
+        assert_eq!(
+            got,
+            vec![(2_000_000, 0, Status::Stopped, None, None), (2_000_000, 1, Status::Stopped, None, None)],
+            "one row per domain, at the last interval seen (even one not kept), values null"
+        );
+        assert!(s.stop("a").is_empty(), "stopped once");
+        assert_eq!(s.filter(vec![row(3, Some(1000), Some(0), Status::Ok)]).len(), 1, "a new container of that id");
     }
 }

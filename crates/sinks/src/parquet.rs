@@ -14,9 +14,9 @@
 //! retried on a new file at the next flush.
 
 use crate::SinkError;
-use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use cachescope_engine::row::Row;
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -30,14 +30,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const SCHEMA_VERSION: &str = "1";
+pub const SCHEMA_VERSION: &str = "2";
 const PARTIAL: &str = ".parquet.partial";
 const FOOTER: &str = ".parquet.partial.footer";
 /// A checkpoint footer being written (renamed over FOOTER when complete).
 const TMP: &str = ".parquet.partial.tmp";
 
-/// The docs/data.md schema, column for column.
+/// The time zone of the timestamp columns: instants, as CLOCK_REALTIME.
+const UTC: &str = "UTC";
+
+/// The docs/data.md schema, column for column (version 2: version 1's columns, then `time`
+/// and `interval_start` as TIMESTAMP(ns, UTC)).
 pub fn schema() -> SchemaRef {
+    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into())), false);
     let i64n = |n: &str| Field::new(n, DataType::Int64, true);
     let strn = |n: &str| Field::new(n, DataType::Utf8, true);
     Arc::new(Schema::new(vec![
@@ -61,6 +66,8 @@ pub fn schema() -> SchemaRef {
         i64n("llc_misses"),
         i64n("cpu_ns"),
         Field::new("status", DataType::Utf8, false),
+        ts("time"),
+        ts("interval_start"),
     ]))
 }
 
@@ -79,7 +86,11 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
     let mut rmid = Int32Builder::with_capacity(n);
     let mut vals: Vec<Int64Builder> = (0..8).map(|_| Int64Builder::with_capacity(n)).collect();
     let mut status = StringBuilder::with_capacity(n, n * 2);
+    let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
+    let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
     for r in rows {
+        end.append_value(r.time_ns);
+        start.append_value(r.time_ns - r.interval_ns);
         time.append_value(r.time_ns);
         interval.append_value(r.interval_ns);
         hosts.append_value(host);
@@ -107,6 +118,8 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
         cols.push(Arc::new(v.finish()));
     }
     cols.push(Arc::new(status.finish()));
+    cols.push(Arc::new(end.finish()));
+    cols.push(Arc::new(start.finish()));
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
 }
 
@@ -134,7 +147,7 @@ impl Options {
             metadata: Vec::new(),
             flush_every: Duration::from_secs(5),
             flush_rows: 65_536,
-            rotate_every: Duration::from_secs(600),
+            rotate_every: Duration::from_secs(60),
             rotate_bytes: 256 << 20,
             max_pending_bytes: 256 << 20,
         }
@@ -160,7 +173,6 @@ pub struct Stats {
 struct Open {
     writer: ArrowWriter<File>,
     partial: PathBuf,
-    opened: Instant,
     /// Bytes of the file that hold complete row groups.
     good_len: u64,
 }
@@ -178,6 +190,9 @@ pub struct ParquetSink {
     unrecovered: Vec<PathBuf>,
     seq: u64,
     last_flush: Instant,
+    /// When the first row of the file being filled was accepted: rotation counts from there,
+    /// so that a file is finished `rotate_every` after its first row, whatever the flushes.
+    file_since: Option<Instant>,
     stats: Arc<Mutex<Stats>>,
 }
 
@@ -278,6 +293,7 @@ impl ParquetSink {
             unrecovered: Vec::new(),
             seq: 0,
             last_flush: Instant::now(),
+            file_since: None,
             stats: Arc::new(Mutex::new(Stats::default())),
         })
     }
@@ -295,6 +311,9 @@ impl ParquetSink {
     /// Accept rows (already thinned by the caller); they are written at the next flush.
     pub fn push(&mut self, rows: Vec<Row>) {
         let n = rows.len() as u64;
+        if n > 0 && self.file_since.is_none() {
+            self.file_since = Some(Instant::now());
+        }
         self.buffer.extend(rows);
         self.with_stats(|s| s.rows_accepted += n);
     }
@@ -303,7 +322,8 @@ impl ParquetSink {
     /// sink stays usable.
     pub fn poll(&mut self, now: Instant) -> Result<(), SinkError> {
         let full = self.buffer.len() >= self.opts.flush_rows;
-        if full || now.duration_since(self.last_flush) >= self.opts.flush_every {
+        let rotate = self.file_since.is_some_and(|t| now.duration_since(t) >= self.opts.rotate_every);
+        if full || rotate || now.duration_since(self.last_flush) >= self.opts.flush_every {
             self.flush(now)?;
         }
         Ok(())
@@ -382,9 +402,8 @@ impl ParquetSink {
                 s.row_groups += 1;
             });
         }
-        let due = self.file.as_ref().is_some_and(|f| {
-            now.duration_since(f.opened) >= self.opts.rotate_every || f.good_len >= self.opts.rotate_bytes
-        });
+        let old = self.file_since.is_some_and(|t| now.duration_since(t) >= self.opts.rotate_every);
+        let due = self.file.as_ref().is_some_and(|f| old || f.good_len >= self.opts.rotate_bytes);
         if due {
             self.close_file()?;
         }
@@ -399,7 +418,7 @@ impl ParquetSink {
         let file = File::create(&partial).map_err(io(format!("creating {}", partial.display())))?;
         let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
             .map_err(pq(format!("starting {}", partial.display())))?;
-        self.file = Some(Open { writer, partial, opened: Instant::now(), good_len: 4 });
+        self.file = Some(Open { writer, partial, good_len: 4 });
         Ok(())
     }
 
@@ -465,6 +484,8 @@ impl ParquetSink {
 
     fn close_file(&mut self) -> Result<(), SinkError> {
         let Some(mut f) = self.file.take() else { return Ok(()) };
+        // Rows accepted from now on start the next file's clock.
+        self.file_since = (!self.buffer.is_empty() || !self.pending.is_empty()).then(Instant::now);
         let finished = f.writer.finish();
         let partial = f.partial.clone();
         if let Err(e) = finished {

@@ -214,6 +214,10 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
         let cyc = col_i64(&b, "cycles").map_err(named)?;
         let (ins, mis) = (col_i64(&b, "instructions").map_err(named)?, col_i64(&b, "llc_misses").map_err(named)?);
         for i in 0..b.num_rows() {
+            // The end of a stopped container's series (schema 2): no values, nothing to add.
+            if status[i].as_deref() == Some("stopped") {
+                continue;
+            }
             let p = Point {
                 time_ns: t[i].unwrap_or(0),
                 interval_ns: iv[i].unwrap_or(0),

@@ -34,7 +34,7 @@ pub struct RecordOptions {
 
 impl RecordOptions {
     /// The file metadata of a run on `backend` (docs/data.md), with `extra` keys; default
-    /// rotation (10 minutes, 256 MiB).
+    /// rotation (1 minute, so that a recording in progress is readable; 256 MiB).
     pub fn for_run(dir: PathBuf, host: String, b: &BackendInfo, extra: &[(String, String)]) -> RecordOptions {
         let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
         let mut metadata = vec![
@@ -55,7 +55,7 @@ impl RecordOptions {
         RecordOptions {
             dir,
             host,
-            rotate_every: Duration::from_secs(600),
+            rotate_every: Duration::from_secs(60),
             rotate_bytes: 256 << 20,
             upscale: b.upscale,
             metadata,
@@ -126,7 +126,8 @@ impl Sink for RecordSink {
     }
 
     fn forget(&mut self, id: &str) {
-        self.sparse.forget(id);
+        let end = self.sparse.stop(id);
+        self.batch.extend(end);
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {

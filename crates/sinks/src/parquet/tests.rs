@@ -1,5 +1,6 @@
 use super::*;
 use crate::report;
+use arrow_array::cast::AsArray;
 use cachescope_engine::row::{ContainerMeta, Pmu, Status};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -52,7 +53,7 @@ fn writes_schema_metadata_and_nulls() {
     assert_eq!(files.len(), 1);
     assert!(partial.is_empty());
     let md = report::file_metadata(&files[0]).expect("metadata");
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("1"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("2"));
     assert_eq!(md.get("cachescope.backend").map(String::as_str), Some("emulated"));
     let batches = read_all(&files);
     let b = &batches[0];
@@ -73,6 +74,29 @@ fn writes_schema_metadata_and_nulls() {
     assert_eq!(status.value(1), "ok");
     let host = b.column_by_name("host").expect("col").as_any().downcast_ref::<arrow_array::StringArray>().expect("str");
     assert_eq!(host.value(2), "testhost");
+    // Version 2: the interval's end and start as TIMESTAMP(ns, UTC), from time_ns and interval_ns.
+    let ns = |n: &str| b.column_by_name(n).expect("col").as_primitive::<arrow_array::types::Int64Type>().clone();
+    let ts = |n: &str| {
+        b.column_by_name(n).expect("col").as_primitive::<arrow_array::types::TimestampNanosecondType>().clone()
+    };
+    let (time_ns, interval_ns, time, start) = (ns("time_ns"), ns("interval_ns"), ts("time"), ts("interval_start"));
+    assert_eq!(time.timezone(), Some("UTC"));
+    for i in 0..b.num_rows() {
+        assert_eq!(time.value(i), time_ns.value(i));
+        assert_eq!(start.value(i), time_ns.value(i) - interval_ns.value(i));
+    }
+    let pq = parquet::file::reader::SerializedFileReader::new(std::fs::File::open(&files[0]).expect("open"))
+        .expect("parquet");
+    let col = parquet::file::reader::FileReader::metadata(&pq).file_metadata().schema_descr().column(20);
+    assert_eq!(col.name(), "time");
+    assert_eq!(
+        col.logical_type_ref(),
+        Some(&parquet::basic::LogicalType::Timestamp {
+            is_adjusted_to_u_t_c: true,
+            unit: parquet::basic::TimeUnit::NANOS
+        }),
+        "what DuckDB and pandas read as a UTC timestamp"
+    );
 }
 
 #[test]
@@ -95,7 +119,7 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert_eq!(total, 8, "both flushed row groups survive");
     assert_eq!(
         report::file_metadata(&recovered[0]).expect("md").get("cachescope.schema_version").map(String::as_str),
-        Some("1")
+        Some("2")
     );
     // A partial file without any complete row group is removed.
     let mut s = ParquetSink::new(opts(dir.path())).expect("sink");
