@@ -144,6 +144,12 @@ fn recorded_scenario_matches_known_answers() {
     let upscale: i64 = md.get("cachescope.upscale_bytes").unwrap().parse().unwrap();
     // Sparse: far fewer rows than 2500 intervals × 2 containers × 2 domains.
     assert!(rs.len() < 2500 * 2 * 2 / 2, "{} rows", rs.len());
+    // A stopped container's series end with a `stopped` row per domain, at its last interval.
+    let (ended, rs): (Vec<R>, Vec<R>) = rs.into_iter().partition(|r| r.status == "stopped");
+    let solo_end = rs.iter().filter(|r| r.id == "solo").map(|r| r.t).max().unwrap();
+    let got: Vec<(&str, i32, i64, bool)> =
+        ended.iter().map(|r| (r.id.as_str(), r.domain, r.interval, r.t == solo_end && r.occ.is_none())).collect();
+    assert_eq!(got, [("solo", 0, 0, true), ("solo", 1, 0, true)], "only solo stopped, one row per domain");
     assert!(rs.iter().all(|r| r.interval == 1_000_000 && r.cycles.is_none()));
     assert!(rs.windows(2).all(|w| w[0].t <= w[1].t), "rows in time order");
     let t0 = rs[0].t - 1_000_000;
