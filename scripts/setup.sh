@@ -15,12 +15,16 @@ APT_NEEDS=(
   "promtool:prometheus"  # checks /metrics, the rules and the dashboard's queries (deploy/)
   "systemd-analyze:systemd"  # verifies deploy/systemd/cachescope.service
   "qemu-system-x86_64:qemu-system-x86"  # boots Debian's kernel with the kernel module (kmod/)
+  "chromium:chromium"  # renders report --html as a person sees it (crates/cli/tests/report_html.rs)
+  "tesseract:tesseract-ocr"  # reads the rendered charts' titles and legends back
 )
-# Headers the build needs, checked by file: "path:package".
+# Files the build or the tests need (headers, data), checked by path: "path:package".
 APT_HEADERS=(
   "/usr/include/libelf.h:libelf-dev"   # libbpf
   "/usr/include/zlib.h:zlib1g-dev"     # libbpf
   "/usr/include/linux/bpf.h:linux-libc-dev"
+  "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"
+  "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core"  # the report's font
 )
 
 missing=()

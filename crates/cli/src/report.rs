@@ -1,17 +1,29 @@
-//! `cachescope report FILE|DIR... [--json]`: per-container summaries of recorded files.
+//! `cachescope report FILE|DIR... [--json] [--html FILE] [--svg DIR]`: what recorded files
+//! say: the run's facts, noisy-neighbour episodes, per-container summaries, and charts.
 
 use crate::CliError;
-use cachescope_sinks::report::{files, summarize, table};
-use std::path::PathBuf;
+use cachescope_report::{analyze, html};
+use cachescope_sinks::report::{files, load, table};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
     /// Parquet files, or directories holding them.
     #[arg(required = true, value_name = "FILE|DIR")]
     paths: Vec<PathBuf>,
-    /// One JSON array of summaries instead of a table.
+    /// One JSON object (run facts, containers, domains, episodes) instead of text.
     #[arg(long)]
     json: bool,
+    /// Also write a self-contained HTML page with the charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Also write each chart as an SVG file into DIR (created if missing).
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CliError> {
+    std::fs::write(path, text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
 }
 
 pub fn run(args: &ReportArgs) -> Result<(), CliError> {
@@ -26,14 +38,42 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     if found.is_empty() {
         return Err(CliError::input("no .parquet files in the paths given"));
     }
-    let (s, problems) = summarize(&found).map_err(CliError::input)?;
+    let (rec, problems) = load(&found).map_err(CliError::input)?;
     for p in problems {
         eprintln!("cachescope: {p}");
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&s).map_err(CliError::input)?);
-    } else {
-        print!("{}", table(&s));
+    let report = analyze(rec);
+    if let Some(dir) = &args.svg {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("{}: {e}", dir.display())))?;
+        for (name, _, svg) in html::charts(&report) {
+            write(&dir.join(name), &svg)?;
+        }
     }
+    if let Some(path) = &args.html {
+        write(path, &html::page(&report))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(CliError::input)?);
+        return Ok(());
+    }
+    print!("{}", html::facts_text(&report.run));
+    println!();
+    if report.episodes.is_empty() {
+        println!("No noisy-neighbour episode: no container's occupancy or bandwidth rose while a neighbour lost occupancy or IPC.");
+    } else {
+        println!("Noisy-neighbour episodes:");
+        let t0 = report.run.start_ns.unwrap_or(0);
+        for (i, e) in report.episodes.iter().enumerate() {
+            println!(
+                "  {}. {:.2}-{:.2} s: {}",
+                i + 1,
+                (e.start_ns - t0) as f64 / 1e9,
+                (e.end_ns - t0) as f64 / 1e9,
+                cachescope_report::svg::printable(&html::episode_line(e))
+            );
+        }
+    }
+    println!();
+    print!("{}", table(&report.containers));
     Ok(())
 }

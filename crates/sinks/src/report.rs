@@ -49,24 +49,38 @@ pub fn files(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), SinkErro
 }
 
 /// One row as the report needs it.
-#[derive(Debug, Clone)]
-struct Point {
-    time_ns: i64,
-    interval_ns: i64,
-    domain: i32,
-    occupancy: Option<i64>,
-    mbm_total: Option<i64>,
-    mbm_local: Option<i64>,
-    cycles: Option<i64>,
-    instructions: Option<i64>,
-    misses: Option<i64>,
-    no_rmid: bool,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub time_ns: i64,
+    pub interval_ns: i64,
+    pub domain: i32,
+    pub occupancy: Option<i64>,
+    pub mbm_total: Option<i64>,
+    pub mbm_local: Option<i64>,
+    pub cycles: Option<i64>,
+    pub instructions: Option<i64>,
+    pub misses: Option<i64>,
+    pub no_rmid: bool,
+    /// A `stopped` row (schema 2): the end of this (container, domain) series, no values.
+    pub stopped: bool,
 }
 
-#[derive(Default)]
-struct Acc {
-    name: Option<String>,
-    points: Vec<Point>,
+/// One container's rows, in file order.
+#[derive(Debug, Default, Clone)]
+pub struct Recorded {
+    pub name: Option<String>,
+    pub points: Vec<Point>,
+}
+
+/// What a set of files holds: rows per container id, and what the files say of themselves.
+#[derive(Debug, Default, Clone)]
+pub struct Recording {
+    pub containers: BTreeMap<String, Recorded>,
+    /// Each metadata key with the values the files gave it (one, unless runs were mixed).
+    pub metadata: BTreeMap<String, std::collections::BTreeSet<String>>,
+    pub hosts: std::collections::BTreeSet<String>,
+    /// Files read.
+    pub files: usize,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -192,10 +206,14 @@ fn plausible(p: &Point) -> bool {
         && p.occupancy.is_none_or(|o| o <= 1 << 50)
 }
 
-/// Read one file's rows into `by`; the number of implausible rows skipped.
-fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkError> {
+/// Read one file's rows into `rec`; the number of implausible rows skipped.
+fn read_file(path: &Path, rec: &mut Recording) -> Result<u64, SinkError> {
     let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
-    let reader = open(path)?.build().map_err(|e| ctx(&e))?;
+    let builder = open(path)?;
+    let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let reader = builder.build().map_err(|e| ctx(&e))?;
+    let mut hosts = std::collections::BTreeSet::new();
+    let by = &mut rec.containers;
     let mut bad = 0;
     for batch in reader {
         let b = batch.map_err(|e| ctx(&e))?;
@@ -203,6 +221,9 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
         let ids = col_str(&b, "container_id").map_err(named)?;
         let names = col_str(&b, "container_name").map_err(named)?;
         let status = col_str(&b, "status").map_err(named)?;
+        if let Ok(h) = col_str(&b, "host") {
+            hosts.extend(h.into_iter().flatten());
+        }
         let dom = b
             .column_by_name("domain")
             .and_then(|c| c.as_primitive_opt::<Int32Type>())
@@ -214,10 +235,7 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
         let cyc = col_i64(&b, "cycles").map_err(named)?;
         let (ins, mis) = (col_i64(&b, "instructions").map_err(named)?, col_i64(&b, "llc_misses").map_err(named)?);
         for i in 0..b.num_rows() {
-            // The end of a stopped container's series (schema 2): no values, nothing to add.
-            if status[i].as_deref() == Some("stopped") {
-                continue;
-            }
+            let stopped = status[i].as_deref() == Some("stopped");
             let p = Point {
                 time_ns: t[i].unwrap_or(0),
                 interval_ns: iv[i].unwrap_or(0),
@@ -229,8 +247,9 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
                 instructions: ins[i],
                 misses: mis[i],
                 no_rmid: status[i].as_deref() == Some("no_rmid"),
+                stopped,
             };
-            if !plausible(&p) {
+            if !stopped && !plausible(&p) {
                 bad += 1;
                 continue;
             }
@@ -241,6 +260,14 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
             acc.points.push(p);
         }
     }
+    // Only a file that could be read contributes what it says of itself.
+    for k in kv {
+        if let Some(v) = k.value {
+            rec.metadata.entry(k.key).or_default().insert(v);
+        }
+    }
+    rec.hosts.extend(hosts);
+    rec.files += 1;
     Ok(bad)
 }
 
@@ -248,12 +275,27 @@ fn read_file(path: &Path, by: &mut BTreeMap<String, Acc>) -> Result<u64, SinkErr
 /// what was passed over: files that cannot be read (each named, with why) and rows whose
 /// values cannot have been measured. An error only when no file could be read.
 pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkError> {
-    let mut by: BTreeMap<String, Acc> = BTreeMap::new();
+    let (rec, problems) = load(files)?;
+    Ok((summaries(rec.containers), problems))
+}
+
+/// Per-container summaries of what was loaded, sorted by p99 occupancy (highest first).
+pub fn summaries(containers: BTreeMap<String, Recorded>) -> Vec<Summary> {
+    let mut out: Vec<Summary> = containers.into_iter().map(|(id, acc)| summarize_one(id, acc)).collect();
+    out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
+    out
+}
+
+/// Every row of `files`, and what was passed over: files that cannot be read (each named,
+/// with why) and rows whose values cannot have been measured. An error only when no file
+/// could be read.
+pub fn load(files: &[PathBuf]) -> Result<(Recording, Vec<String>), SinkError> {
+    let mut rec = Recording::default();
     let mut problems = Vec::new();
     let mut first_err = None;
     let mut read = 0;
     for path in files {
-        match guarded(path, || read_file(path, &mut by)) {
+        match guarded(path, || read_file(path, &mut rec)) {
             Ok(bad) => {
                 read += 1;
                 if bad > 0 {
@@ -271,12 +313,11 @@ pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkE
             return Err(e);
         }
     }
-    let mut out: Vec<Summary> = by.into_iter().map(|(id, acc)| summarize_one(id, acc)).collect();
-    out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
-    Ok((out, problems))
+    Ok((rec, problems))
 }
 
-fn summarize_one(id: String, mut acc: Acc) -> Summary {
+fn summarize_one(id: String, mut acc: Recorded) -> Summary {
+    acc.points.retain(|p| !p.stopped);
     acc.points.sort_by_key(|p| (p.time_ns, p.domain));
     let pts = &acc.points;
     let first = pts.iter().map(|p| p.time_ns - p.interval_ns).min().unwrap_or(0);
@@ -371,7 +412,14 @@ pub fn table(rows: &[Summary]) -> String {
         "", "", "", "MiB", "MiB", "MiB", "MB/s", "MB/s", "", "", "%"
     );
     for s in rows {
-        let label = s.container_name.as_deref().unwrap_or(&s.container_id);
+        // Names come from cgroup paths and runtimes: control characters are shown escaped.
+        let label: String = s
+            .container_name
+            .as_deref()
+            .unwrap_or(&s.container_id)
+            .chars()
+            .flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] })
+            .collect();
         let _ = writeln!(
             o,
             "{:<28} {:>8.1} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7.1}",

@@ -1,0 +1,253 @@
+//! Recorded rows on a regular time grid, per L3 domain and container: what the charts draw and
+//! the noisy-neighbour finder reads. Rows are sparse (docs/data.md), so a row's status and
+//! occupancy hold until the next row of its series, and its bytes and counts were moved during
+//! its own interval: they are spread over that interval and split at the bucket edges (a late
+//! or long interval adds its bytes where they were moved, not to the bucket where it ended).
+
+use cachescope_sinks::report::{Point, Recorded};
+use std::collections::BTreeMap;
+
+/// Grid steps a person reads easily, ns.
+const STEPS: [i64; 17] = [
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_000_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+    60_000_000_000,
+    300_000_000_000,
+    600_000_000_000,
+];
+
+/// One container in one domain, bucket by bucket (`None`: nothing measured there).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub id: String,
+    pub name: String,
+    /// Bytes at the end of the bucket, carried forward from the last row.
+    pub occupancy: Vec<Option<f64>>,
+    /// MBM total, bytes per second over the bucket.
+    pub bandwidth: Vec<Option<f64>>,
+    pub ipc: Vec<Option<f64>>,
+    /// LLC misses per thousand instructions.
+    pub mpki: Vec<Option<f64>>,
+    /// Share of the bucket the container spent without an RMID.
+    pub no_rmid: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Domain {
+    pub domain: i32,
+    pub lines: Vec<Line>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    /// Start of the first bucket, CLOCK_REALTIME ns (a multiple of `bucket_ns`).
+    pub start_ns: i64,
+    pub bucket_ns: i64,
+    pub buckets: usize,
+    pub domains: Vec<Domain>,
+}
+
+impl Timeline {
+    /// The end of bucket `k`, ns.
+    pub fn end_of(&self, k: usize) -> i64 {
+        self.start_ns + (k as i64 + 1) * self.bucket_ns
+    }
+}
+
+/// The grid step: no finer than the typical sampling interval, at most `max_buckets` buckets.
+pub fn step_for(span_ns: i64, interval_ns: i64, max_buckets: usize) -> i64 {
+    let min = span_ns.max(1) / max_buckets.max(1) as i64;
+    STEPS.iter().copied().find(|s| *s >= min && *s >= interval_ns).unwrap_or(STEPS[STEPS.len() - 1])
+}
+
+/// The median of the rows' intervals (their sampling period), ns.
+pub fn typical_interval(containers: &BTreeMap<String, Recorded>) -> i64 {
+    let mut v: Vec<i64> =
+        containers.values().flat_map(|c| c.points.iter()).filter(|p| !p.stopped).map(|p| p.interval_ns).collect();
+    if v.is_empty() {
+        return 1_000_000;
+    }
+    let mid = v.len() / 2;
+    *v.select_nth_unstable(mid).1
+}
+
+/// Add `value`, spread uniformly over [s, e), to the buckets it overlaps.
+fn spread(acc: &mut [f64], touched: &mut [bool], start_ns: i64, w: i64, s: i64, e: i64, value: f64) {
+    if e <= s || acc.is_empty() {
+        return;
+    }
+    let n = acc.len() as i64;
+    let first = ((s - start_ns).div_euclid(w)).clamp(0, n - 1);
+    let last = ((e - 1 - start_ns).div_euclid(w)).clamp(0, n - 1);
+    for k in first..=last {
+        let (b0, b1) = (start_ns + k * w, start_ns + (k + 1) * w);
+        let overlap = (e.min(b1) - s.max(b0)).max(0);
+        acc[k as usize] += value * overlap as f64 / (e - s) as f64;
+        touched[k as usize] = true;
+    }
+}
+
+/// One series (container × domain), its points sorted by time.
+fn line(id: &str, name: &str, pts: &[&Point], start_ns: i64, w: i64, n: usize) -> Line {
+    let mut occupancy = vec![None; n];
+    let mut no_rmid = vec![0.0; n];
+    let mut sums = [vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]]; // mbm, cycles, instr, misses
+    let mut touched = [vec![false; n], vec![false; n], vec![false; n], vec![false; n]];
+    let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
+    let begin = |p: &Point| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns };
+    // Occupancy at a bucket's end: the last row at or before it (a stopped row ends it).
+    let mut i = 0;
+    let mut cur = None;
+    for (k, slot) in occupancy.iter_mut().enumerate() {
+        while i < pts.len() && pts[i].time_ns <= end_of(k) {
+            cur = if pts[i].stopped { None } else { pts[i].occupancy.map(|o| o as f64) };
+            i += 1;
+        }
+        *slot = cur;
+    }
+    for (i, p) in pts.iter().enumerate() {
+        // A row's status holds from its interval's start to the next row's.
+        if p.no_rmid {
+            let until = pts.get(i + 1).map_or(p.time_ns, |q| begin(q)).max(p.time_ns);
+            let mut acc = vec![0.0; n];
+            spread(&mut acc, &mut vec![false; n], start_ns, w, begin(p), until, (until - begin(p)) as f64);
+            for (b, v) in no_rmid.iter_mut().zip(acc) {
+                *b += v / w as f64;
+            }
+        }
+        if p.stopped {
+            continue;
+        }
+        let s = p.time_ns - p.interval_ns;
+        for (slot, v) in [p.mbm_total, p.cycles, p.instructions, p.misses].into_iter().enumerate() {
+            if let Some(v) = v {
+                spread(&mut sums[slot], &mut touched[slot], start_ns, w, s, p.time_ns, v as f64);
+            }
+        }
+    }
+    // Sparse rows: an interval without a row moved nothing. Within the series' life a bucket
+    // of a counter the series has is 0, not unknown.
+    let life = pts.first().map(|p| p.time_ns - p.interval_ns).zip(pts.last().map(|p| p.time_ns));
+    let in_life = |k: usize| life.is_some_and(|(a, b)| end_of(k) > a && end_of(k) - w < b);
+    let value = |slot: usize, k: usize| -> Option<f64> {
+        let has = touched[slot].iter().any(|t| *t);
+        (has && (touched[slot][k] || in_life(k))).then_some(sums[slot][k])
+    };
+    let secs = w as f64 / 1e9;
+    let bandwidth = (0..n).map(|k| value(0, k).map(|b| b / secs)).collect();
+    let ipc = (0..n)
+        .map(|k| match (value(2, k), value(1, k)) {
+            (Some(i), Some(c)) if c > 0.0 => Some(i / c),
+            _ => None,
+        })
+        .collect();
+    let mpki = (0..n)
+        .map(|k| match (value(3, k), value(2, k)) {
+            (Some(m), Some(i)) if i > 0.0 => Some(m * 1000.0 / i),
+            _ => None,
+        })
+        .collect();
+    for v in no_rmid.iter_mut() {
+        *v = v.clamp(0.0, 1.0);
+    }
+    Line { id: id.to_string(), name: name.to_string(), occupancy, bandwidth, ipc, mpki, no_rmid }
+}
+
+/// The grid over everything recorded; `max_buckets` bounds its size.
+pub fn build(containers: &BTreeMap<String, Recorded>, max_buckets: usize) -> Option<Timeline> {
+    let all = || containers.values().flat_map(|c| c.points.iter());
+    let first = all().map(|p| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns }).min()?;
+    let last = all().map(|p| p.time_ns).max()?;
+    let w = step_for(last - first, typical_interval(containers), max_buckets);
+    let start_ns = first.div_euclid(w) * w;
+    let n = ((last - start_ns + w - 1) / w).max(1) as usize;
+    let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
+    for (id, c) in containers {
+        let name = c.name.clone().unwrap_or_else(|| id.clone());
+        let mut per: BTreeMap<i32, Vec<&Point>> = BTreeMap::new();
+        for p in &c.points {
+            per.entry(p.domain).or_default().push(p);
+        }
+        for (d, mut pts) in per {
+            pts.sort_by_key(|p| (p.time_ns, p.stopped));
+            by_domain.entry(d).or_default().push(line(id, &name, &pts, start_ns, w, n));
+        }
+    }
+    let domains = by_domain.into_iter().map(|(domain, lines)| Domain { domain, lines }).collect();
+    Some(Timeline { start_ns, bucket_ns: w, buckets: n, domains })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(t_ms: i64, iv_ms: i64, occ: Option<i64>, mbm: Option<i64>) -> Point {
+        Point {
+            time_ns: t_ms * 1_000_000,
+            interval_ns: iv_ms * 1_000_000,
+            domain: 0,
+            occupancy: occ,
+            mbm_total: mbm,
+            mbm_local: None,
+            cycles: None,
+            instructions: None,
+            misses: None,
+            no_rmid: false,
+            stopped: false,
+        }
+    }
+
+    fn rec(points: Vec<Point>) -> BTreeMap<String, Recorded> {
+        BTreeMap::from([("a".to_string(), Recorded { name: None, points })])
+    }
+
+    #[test]
+    fn bytes_go_where_they_were_moved() {
+        // 1 ms rows of 1000 bytes, then a late row covering 3 ms across the 10 ms edge.
+        let mut pts: Vec<Point> = (1..=8).map(|t| p(t, 1, Some(100), Some(1000))).collect();
+        pts.push(p(11, 3, Some(100), Some(3000)));
+        pts.extend((12..=20).map(|t| p(t, 1, Some(100), Some(1000))));
+        let t = build(&rec(pts), 2).unwrap();
+        assert_eq!((t.bucket_ns, t.buckets, t.start_ns), (10_000_000, 2, 0));
+        let bw = &t.domains[0].lines[0].bandwidth;
+        // 10,000 bytes in each 10 ms: 1 MB/s, the late row's third millisecond in the second.
+        assert_eq!(bw, &vec![Some(1_000_000.0), Some(1_000_000.0)]);
+    }
+
+    #[test]
+    fn sparse_rows_carry_occupancy_and_count_zero_bytes_until_stopped() {
+        let mut stop = p(30, 0, None, None);
+        stop.stopped = true;
+        let pts = vec![p(1, 1, Some(500), Some(10)), p(15, 1, Some(700), Some(0)), stop, p(40, 1, None, None)];
+        let mut r = rec(pts);
+        // Another container keeps the grid going to 60 ms.
+        r.insert("b".into(), Recorded { name: Some("bee".into()), points: vec![p(60, 1, Some(1), None)] });
+        let t = build(&r, 6).unwrap();
+        assert_eq!((t.bucket_ns, t.buckets), (10_000_000, 6));
+        let a = &t.domains[0].lines[0];
+        assert_eq!(a.occupancy, vec![Some(500.0), Some(700.0), None, None, None, None], "carried until stopped");
+        let b = &t.domains[0].lines[1];
+        assert_eq!(b.name, "bee");
+        assert_eq!(b.bandwidth, vec![None; 6], "no MBM in its rows: unknown, not 0");
+        assert_eq!(a.bandwidth[..3], [Some(1000.0), Some(0.0), Some(0.0)]);
+    }
+
+    #[test]
+    fn steps_are_round_and_bounded() {
+        assert_eq!(step_for(20_000_000_000, 1_000_000, 800), 50_000_000);
+        assert_eq!(step_for(500_000_000, 1_000_000, 800), 1_000_000);
+        assert_eq!(step_for(500_000_000, 100_000_000, 800), 100_000_000, "never finer than sampling");
+    }
+}
