@@ -17,6 +17,7 @@ APT_NEEDS=(
   "qemu-system-x86_64:qemu-system-x86"  # boots Debian's kernel with the kernel module (kmod/)
   "chromium:chromium"  # renders report --html as a person sees it (crates/cli/tests/report_html.rs)
   "tesseract:tesseract-ocr"  # reads the rendered charts' titles and legends back
+  "tmux:tmux"          # the live view as a person sees it, at 80, 100 and 160 columns
 )
 # Files the build or the tests need (headers, data), checked by path: "path:package".
 APT_HEADERS=(

@@ -114,13 +114,13 @@ left=$(find "$out" -name '*.partial*' | wc -l)
 emu_cg=$(find "$cg" -maxdepth 1 -name 'cachescope-emu-*' | wc -l)
 mounts=$(grep -c 'cachescope-resctrl-' /proc/self/mountinfo || true)
 ((emu_cg == 0 && mounts == 0)) || { echo "soak: FAIL leftovers: $emu_cg sandbox cgroups, $mounts mounts"; fail=1; }
-"$bin" report "$out" >"$work/report.txt" 2>"$work/report.err" || { echo "soak: FAIL report"; cat "$work/report.err"; fail=1; }
+"$bin" report "$out" --json >"$work/report.json" 2>"$work/report.err" || { echo "soak: FAIL report"; cat "$work/report.err"; fail=1; }
 if [ -s "$work/report.err" ]; then
   echo "soak: FAIL report passed something over:"
   cat "$work/report.err"
   fail=1
 fi
-echo "soak: $(($(wc -l <"$work/report.txt") - 1)) containers in the report"
+echo "soak: $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["containers"]))' "$work/report.json") containers in the report"
 # Per killed recorder: its files' last row against the kill time.
 python3 - "$out" "$kills" <<'PY' || fail=1
 import glob, re, sys

@@ -583,7 +583,7 @@ fn resctrl_info(mut i: BackendInfo, upscale: u32) -> BackendInfo {
 
 /// Open every output asked for (fails early: an unwritable directory or a port in use is
 /// bad input, exit 2).
-fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
+fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn Sink>>, CliError> {
     let mut v: Vec<Box<dyn Sink>> = Vec::new();
     let host = terminal::hostname();
     match outs.terminal {
@@ -591,13 +591,14 @@ fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
         Some(t) => {
             use std::io::IsTerminal;
             if t == Terminal::View && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
-                v.push(Box::new(Live::start().map_err(CliError::unavailable)?));
+                v.push(Box::new(Live::start(host.clone()).map_err(CliError::unavailable)?));
             } else {
                 v.push(Box::new(Table::default()));
             }
         }
         None => {}
     }
+    let mut record = None;
     if let Some((dir, rotate_every, rotate_bytes)) = &outs.record {
         let i = b.backend.info();
         let extra = [
@@ -606,8 +607,13 @@ fn sinks(outs: &Outputs, b: &Built) -> Result<Vec<Box<dyn Sink>>, CliError> {
         ];
         let o = RecordOptions::for_run(dir.clone(), host, i, &extra);
         let o = RecordOptions { rotate_every: *rotate_every, rotate_bytes: *rotate_bytes, ..o };
-        let rec = RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
-        v.push(Box::new(rec));
+        record = Some(RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?);
+    }
+    // Without a terminal view (record, serve): progress lines on stderr.
+    if outs.terminal.is_none() {
+        v.push(Box::new(terminal::Progress::new(record, print_every)));
+    } else if let Some(r) = record {
+        v.push(Box::new(r));
     }
     if let Some(addr) = outs.listen {
         v.push(Box::new(ServeSink::start(addr).map_err(CliError::input)?));
@@ -635,7 +641,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
             b.interval
         )));
     }
-    let sinks = sinks(outs, &b)?;
+    let sinks = sinks(outs, &b, args.print_every)?;
     let opts = cachescope_engine::Options {
         interval: b.interval,
         batch: if b.backend.info().sampling == Sampling::Kernel { KERNEL_BATCH } else { BATCH },

@@ -6,6 +6,7 @@ use crate::tui::{Frame, Tui};
 use crate::view::{self, Accumulator};
 use cachescope_engine::{Flow, Lateness, Row, RunStatus, Sink};
 use std::io::Write;
+use std::time::Duration;
 
 /// The header: run state (backend and interval; lateness and missed wake-ups; RMIDs), then
 /// the backend's and the PMU source's lines.
@@ -24,10 +25,6 @@ fn header_lines(st: &RunStatus) -> Vec<String> {
     ];
     v.extend(st.extra.iter().cloned());
     v
-}
-
-fn l3(st: &RunStatus) -> Option<u64> {
-    st.l3_bytes.first().map(|(_, b)| *b)
 }
 
 /// Periodic plain tables on stdout.
@@ -51,7 +48,7 @@ impl Sink for Table {
             line.push('\n');
             line.push_str(e);
         }
-        let table = view::plain(st.t, &line, &self.acc.take(st.period, l3(st)));
+        let table = view::plain(st.t, &line, &self.acc.take(st.period, &st.l3_bytes));
         // A closed stdout (`monitor | head`) ends the run cleanly.
         if std::io::stdout().lock().write_all(table.as_bytes()).is_err() {
             return Flow::Stop;
@@ -73,11 +70,12 @@ impl Sink for Table {
 pub struct Live {
     acc: Accumulator,
     tui: Tui,
+    host: String,
 }
 
 impl Live {
-    pub fn start() -> Result<Live, String> {
-        Ok(Live { acc: Accumulator::default(), tui: Tui::start()? })
+    pub fn start(host: String) -> Result<Live, String> {
+        Ok(Live { acc: Accumulator::default(), tui: Tui::start()?, host })
     }
 }
 
@@ -95,7 +93,12 @@ impl Sink for Live {
     fn status(&mut self, st: &RunStatus) -> Flow {
         let mut header = header_lines(st);
         header[0] = format!("t={:.3}s  {}", st.t.as_secs_f64(), header[0]);
-        self.tui.show(Frame { header, rows: self.acc.take(st.period, l3(st)) });
+        self.tui.show(Frame {
+            host: self.host.clone(),
+            wall_ns: cachescope_engine::run::realtime_ns(),
+            header,
+            rows: self.acc.take(st.period, &st.l3_bytes),
+        });
         if self.tui.quit_requested() {
             return Flow::Stop;
         }
@@ -110,6 +113,76 @@ impl Sink for Live {
     fn finish(&mut self) -> Result<Vec<String>, String> {
         self.tui.stop()?;
         Ok(Vec::new())
+    }
+}
+
+/// `record` and `serve`: a progress line on stderr (rows, files, write errors, lateness,
+/// RMIDs) every `every`, around the record sink when there is one.
+pub struct Progress {
+    pub record: Option<cachescope_sinks::run_sinks::RecordSink>,
+    pub every: Duration,
+    last: Option<Duration>,
+    sampled: u64,
+}
+
+impl Progress {
+    /// Every `print_every` on a terminal; in logs (stderr not a terminal) at most once a minute.
+    pub fn new(record: Option<cachescope_sinks::run_sinks::RecordSink>, print_every: Duration) -> Progress {
+        use std::io::IsTerminal;
+        let every =
+            if std::io::stderr().is_terminal() { print_every } else { print_every.max(Duration::from_secs(60)) };
+        Progress { record, every, last: None, sampled: 0 }
+    }
+
+    pub fn line(&self, st: &RunStatus) -> String {
+        let mut o = format!("cachescope: t={:.1}s {} rows sampled", st.t.as_secs_f64(), self.sampled);
+        if let Some(s) = self.record.as_ref().and_then(|r| r.stats()) {
+            o.push_str(&format!(
+                "; {} written, {} files finished, {} write errors, {} pending",
+                s.rows_written, s.files_closed, s.write_errors, s.rows_pending
+            ));
+        }
+        o.push_str(&format!(
+            "; lateness p99 {:?}, {} missed; RMIDs {} in use, {} limbo, {} waiting",
+            st.lateness.quantile(0.99),
+            st.missed,
+            st.rmids_in_use,
+            st.rmids_limbo,
+            st.unmonitored
+        ));
+        o
+    }
+}
+
+impl Sink for Progress {
+    fn rows(&mut self, rows: &[Row]) -> Flow {
+        self.sampled += rows.len() as u64;
+        self.record.as_mut().map_or(Flow::Continue, |r| r.rows(rows))
+    }
+
+    fn tick(&mut self, late: Duration, missed: u64) {
+        if let Some(r) = self.record.as_mut() {
+            r.tick(late, missed);
+        }
+    }
+
+    fn status(&mut self, st: &RunStatus) -> Flow {
+        let flow = self.record.as_mut().map_or(Flow::Continue, |r| r.status(st));
+        if self.last.is_none_or(|l| st.t.saturating_sub(l) >= self.every) {
+            eprintln!("{}", self.line(st));
+            self.last = Some(st.t);
+        }
+        flow
+    }
+
+    fn forget(&mut self, id: &str) {
+        if let Some(r) = self.record.as_mut() {
+            r.forget(id);
+        }
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, String> {
+        self.record.as_mut().map_or(Ok(Vec::new()), |r| r.finish())
     }
 }
 

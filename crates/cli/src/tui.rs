@@ -1,15 +1,19 @@
-//! The live terminal view of `monitor` (ratatui): one line per (container, domain), sorted by
-//! LLC occupancy, keys to sort by bandwidth, IPC or misses, a header with the run's state.
+//! The live terminal view of `monitor` (ratatui): one line per container with its L3 domains
+//! folded (`d` shows them), sorted by LLC occupancy (keys re-sort), per-domain totals and the
+//! run's state in the header, scrolling with what is out of sight counted, `/` to filter by
+//! name, `?` for help. Columns are chosen by the terminal's width so that no header is ever
+//! cut and no value truncated; names are shortened from the middle.
+//!
 //! It runs on its own thread so that drawing and reading keys never delay a sampling tick: the
 //! sampling loop hands it one [`Frame`] per display period (dropped if the thread is behind)
 //! and asks [`Tui::quit_requested`] each tick.
 
-use crate::view::{sort, SortKey, ViewRow, COLUMNS};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use ratatui::layout::{Constraint, Layout};
+use crate::view::{domain_totals, fold, sort, Group, SortKey, ViewRow};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Cell, Paragraph, Row, Table};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Wrap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -18,6 +22,10 @@ use std::time::Duration;
 
 /// One display period's view.
 pub struct Frame {
+    /// The host and the wall-clock time of the period's end (CLOCK_REALTIME ns).
+    pub host: String,
+    pub wall_ns: i64,
+    /// The run's state lines.
     pub header: Vec<String>,
     pub rows: Vec<ViewRow>,
 }
@@ -84,8 +92,94 @@ impl Tui {
     }
 }
 
+/// What the person chose: sort key, domains shown, scroll position, filter, help.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    pub key: SortKey,
+    pub expanded: bool,
+    /// The first line shown.
+    pub scroll: usize,
+    pub filter: String,
+    /// Typing into the filter.
+    pub editing: bool,
+    pub help: bool,
+    /// Lines the table showed last time (for paging).
+    page: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            key: SortKey::Occupancy,
+            expanded: false,
+            scroll: 0,
+            filter: String::new(),
+            editing: false,
+            help: false,
+            page: 10,
+        }
+    }
+}
+
+/// What a key asks for beyond the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Redraw,
+    Quit,
+}
+
+impl State {
+    pub fn on_key(&mut self, k: KeyEvent) -> Action {
+        if k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL) {
+            return Action::Quit;
+        }
+        if self.editing {
+            match k.code {
+                KeyCode::Enter => self.editing = false,
+                KeyCode::Esc => {
+                    self.editing = false;
+                    self.filter.clear();
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() && self.filter.chars().count() < 64 => self.filter.push(c),
+                _ => return Action::None,
+            }
+            self.scroll = 0;
+            return Action::Redraw;
+        }
+        if self.help {
+            // Any key closes the help (q still quits).
+            self.help = false;
+            return if matches!(k.code, KeyCode::Char('q')) { Action::Quit } else { Action::Redraw };
+        }
+        match k.code {
+            KeyCode::Char('q') => return Action::Quit,
+            KeyCode::Esc if self.filter.is_empty() => return Action::Quit,
+            KeyCode::Esc => self.filter.clear(),
+            KeyCode::Char('?') | KeyCode::Char('h') => self.help = true,
+            KeyCode::Char('/') => self.editing = true,
+            KeyCode::Char('d') => self.expanded = !self.expanded,
+            KeyCode::Down | KeyCode::Char('j') => self.scroll += 1,
+            KeyCode::Up | KeyCode::Char('k') => self.scroll = self.scroll.saturating_sub(1),
+            KeyCode::PageDown | KeyCode::Char(' ') => self.scroll += self.page.max(1),
+            KeyCode::PageUp => self.scroll = self.scroll.saturating_sub(self.page.max(1)),
+            KeyCode::Home | KeyCode::Char('g') => self.scroll = 0,
+            KeyCode::End | KeyCode::Char('G') => self.scroll = usize::MAX / 2,
+            KeyCode::Char(c) => match sort_key(c) {
+                Some(key) => self.key = key,
+                None => return Action::None,
+            },
+            _ => return Action::None,
+        }
+        Action::Redraw
+    }
+}
+
 fn ui_loop(term: &mut ratatui::DefaultTerminal, rx: &Receiver<Frame>, quit: &AtomicBool) -> Result<(), String> {
-    let mut key = SortKey::Occupancy;
+    let mut state = State::default();
     let mut shown: Option<Frame> = None;
     let mut dirty = true;
     while !quit.load(Ordering::Relaxed) {
@@ -100,27 +194,18 @@ fn ui_loop(term: &mut ratatui::DefaultTerminal, rx: &Receiver<Frame>, quit: &Ato
             }
         }
         if dirty {
-            term.draw(|f| draw(f, shown.as_ref(), key)).map_err(|e| format!("terminal: {e}"))?;
+            term.draw(|f| draw(f, shown.as_ref(), &mut state)).map_err(|e| format!("terminal: {e}"))?;
             dirty = false;
         }
         if !event::poll(Duration::from_millis(50)).map_err(|e| format!("terminal: {e}"))? {
             continue;
         }
         match event::read().map_err(|e| format!("terminal: {e}"))? {
-            Event::Key(k) if k.kind == KeyEventKind::Press => {
-                let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-                match k.code {
-                    _ if ctrl_c => quit.store(true, Ordering::Relaxed),
-                    KeyCode::Char('q') | KeyCode::Esc => quit.store(true, Ordering::Relaxed),
-                    KeyCode::Char(c) => {
-                        if let Some(k) = sort_key(c) {
-                            key = k;
-                            dirty = true;
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            Event::Key(k) if k.kind == KeyEventKind::Press => match state.on_key(k) {
+                Action::Quit => quit.store(true, Ordering::Relaxed),
+                Action::Redraw => dirty = true,
+                Action::None => {}
+            },
             Event::Resize(..) => dirty = true,
             _ => {}
         }
@@ -139,114 +224,437 @@ pub fn sort_key(c: char) -> Option<SortKey> {
     }
 }
 
-/// Which column a sort key sorts by.
-fn sorted_column(key: SortKey) -> usize {
-    match key {
-        SortKey::Occupancy => 4,
-        SortKey::Bandwidth => 6,
-        SortKey::Ipc => 8,
-        SortKey::Misses => 9,
+/// A table column: its title (never cut: the width holds it and the sort mark) and width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Col {
+    Name,
+    Domain,
+    Rmid,
+    Status,
+    LlcMib,
+    LlcPct,
+    Mbm,
+    Local,
+    Ipc,
+    Mpki,
+}
+
+impl Col {
+    pub fn title(self) -> &'static str {
+        match self {
+            Col::Name => "CONTAINER",
+            Col::Domain => "L3",
+            Col::Rmid => "RMID",
+            Col::Status => "STATUS",
+            Col::LlcMib => "LLC MiB",
+            Col::LlcPct => "LLC %",
+            Col::Mbm => "MBM MB/s",
+            Col::Local => "LOCAL MB/s",
+            Col::Ipc => "IPC",
+            Col::Mpki => "MPKI",
+        }
+    }
+
+    /// Fixed widths hold the title, the sort mark and every value the column shows
+    /// (`unavailable`, `unsupported`, 99999.9 MB/s, ...).
+    fn width(self) -> u16 {
+        match self {
+            Col::Name => 0,
+            Col::Domain => 3,
+            Col::Rmid => 5,
+            Col::Status => 11,
+            Col::LlcMib => 8,
+            Col::LlcPct => 6,
+            Col::Mbm => 9,
+            Col::Local => 10,
+            Col::Ipc => 5,
+            Col::Mpki => 6,
+        }
+    }
+
+    fn sorts(self, key: SortKey) -> bool {
+        matches!(
+            (self, key),
+            (Col::LlcMib, SortKey::Occupancy)
+                | (Col::Mbm, SortKey::Bandwidth)
+                | (Col::Ipc, SortKey::Ipc)
+                | (Col::Mpki, SortKey::Misses)
+        )
+    }
+
+    fn cell(self, r: &ViewRow, name_width: usize) -> String {
+        let f = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
+        // Rates over 99999.9 MB/s lose their decimal rather than their width.
+        let rate = |v: Option<f64>| match v.map(|b| b / 1e6) {
+            Some(x) if x >= 99_999.95 => format!("{x:.0}"),
+            x => f(x, 1),
+        };
+        match self {
+            Col::Name => {
+                let label = match r.domain {
+                    Some(d) if r.id.is_empty() => format!("  L3 {d}"),
+                    _ => r.label.clone(),
+                };
+                crate::view::shorten(&label, name_width)
+            }
+            Col::Domain => r.domain.map_or("*".into(), |d| d.to_string()),
+            Col::Rmid => r.rmid.map_or("-".into(), |x| x.to_string()),
+            Col::Status => r.status.to_string(),
+            Col::LlcMib => f(r.occupancy.map(|b| b as f64 / 1048576.0), 2),
+            Col::LlcPct => f(r.occupancy_share.map(|s| 100.0 * s), 1),
+            Col::Mbm => rate(r.mbm_total),
+            Col::Local => rate(r.mbm_local),
+            Col::Ipc => f(r.ipc, 2),
+            Col::Mpki => f(r.mpki, 2),
+        }
     }
 }
 
-/// Draw one screen: the header lines, the keys, the table sorted by `key`.
-pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, key: SortKey) {
-    let header: Vec<Line> = match frame {
-        Some(fr) => fr.header.iter().map(|h| Line::from(h.as_str())).collect(),
-        None => vec![Line::from("cachescope: waiting for the first period…")],
+/// The columns that fit `width`, the name column taking what is left (at least 16).
+pub fn columns(width: u16) -> (Vec<Col>, u16) {
+    let all: &[Col] = if width >= 100 {
+        &[
+            Col::Name,
+            Col::Domain,
+            Col::Rmid,
+            Col::Status,
+            Col::LlcMib,
+            Col::LlcPct,
+            Col::Mbm,
+            Col::Local,
+            Col::Ipc,
+            Col::Mpki,
+        ]
+    } else {
+        &[Col::Name, Col::Status, Col::LlcMib, Col::LlcPct, Col::Mbm, Col::Ipc, Col::Mpki]
     };
-    let keys =
-        Line::from(format!("sorted by {} — keys: o occupancy, b bandwidth, i IPC, m misses, q quit", key.name()))
-            .style(Style::default().add_modifier(Modifier::DIM));
-    let [top, help, body] =
-        Layout::vertical([Constraint::Length(header.len() as u16), Constraint::Length(1), Constraint::Min(0)])
-            .areas(f.area());
-    f.render_widget(Paragraph::new(header), top);
+    let fixed: u16 = all.iter().map(|c| c.width() + 1).sum();
+    (all.to_vec(), width.saturating_sub(fixed).clamp(16, 64))
+}
+
+/// The lines of the table: containers (folded), or each followed by its domains.
+fn lines(rows: &[ViewRow], st: &State) -> (Vec<ViewRow>, usize, usize) {
+    let needle = st.filter.to_lowercase();
+    let mut groups: Vec<Group> = fold(rows);
+    let all = groups.len();
+    if !needle.is_empty() {
+        groups
+            .retain(|g| g.total.label.to_lowercase().contains(&needle) || g.total.id.to_lowercase().contains(&needle));
+    }
+    let shown = groups.len();
+    let mut totals: Vec<ViewRow> = groups.iter().map(|g| g.total.clone()).collect();
+    sort(&mut totals, st.key);
+    let mut out = Vec::new();
+    for t in totals {
+        let parts = groups.iter().find(|g| g.total.id == t.id).map(|g| g.parts.clone()).unwrap_or_default();
+        out.push(t);
+        if st.expanded {
+            // Domain lines: no id of their own (drawn indented under the container).
+            out.extend(parts.into_iter().map(|p| ViewRow { id: String::new(), ..p }));
+        }
+    }
+    (out, shown, all)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / 1048576.0)
+}
+
+/// Per-domain totals, as many per line as `width` holds.
+fn totals_lines(rows: &[ViewRow], width: u16) -> Vec<String> {
+    let items: Vec<String> = domain_totals(rows)
+        .iter()
+        .map(|d| {
+            let used = d.used.map_or("-".into(), mib);
+            let space = match (d.used, d.l3_bytes) {
+                (Some(u), Some(l3)) => format!("{used} of {} MiB used, {} free", mib(l3), mib(l3.saturating_sub(u))),
+                (None, Some(l3)) => format!("- of {} MiB used", mib(l3)),
+                _ => format!("{used} MiB used"),
+            };
+            let bw = d.mbm_total.map_or("-".into(), |b| format!("{:.0}", b / 1e6));
+            format!("L3 {}: {space}, {bw} MB/s", d.domain)
+        })
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for it in items {
+        match out.last_mut() {
+            Some(l) if l.chars().count() + 3 + it.chars().count() <= width as usize => {
+                l.push_str(" │ ");
+                l.push_str(&it);
+            }
+            _ => out.push(it),
+        }
+    }
+    out
+}
+
+const HELP: [&str; 9] = [
+    "o / b / i / m   sort by LLC occupancy, memory bandwidth, IPC, LLC misses (MPKI)",
+    "d               show or fold each container's L3 domains",
+    "↑ ↓ j k         scroll one line; PgUp PgDn (space) a page; g / G top / end",
+    "/               filter by name (Enter keeps it, Esc clears it)",
+    "? h             this help (any key closes it)",
+    "q  Esc  Ctrl-C  quit",
+    "",
+    "Absent values are '-', never 0: 'unavailable' (no data in that L3 yet),",
+    "'no_rmid' (waiting for an RMID), 'unsupported' (no cache monitoring here).",
+];
+
+/// Draw one screen.
+pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
+    let area = f.area();
+    let width = area.width;
+    let mut header: Vec<Line> = Vec::new();
+    let rows: &[ViewRow] = frame.map_or(&[], |fr| fr.rows.as_slice());
+    match frame {
+        Some(fr) => {
+            let when = cachescope_report::html::utc(fr.wall_ns);
+            let when = when.get(..19).unwrap_or(&when);
+            header.push(
+                Line::from(format!("cachescope on {} at {when} UTC", crate::view::printable(&fr.host)))
+                    .style(Style::default().add_modifier(Modifier::BOLD)),
+            );
+            header.extend(fr.header.iter().map(|h| Line::from(h.as_str())));
+            header.extend(totals_lines(rows, width).into_iter().map(Line::from));
+        }
+        None => header.push(Line::from("cachescope: waiting for the first period…")),
+    }
+    let keys = if width >= 100 {
+        format!("sorted by {} · ? help · / filter · d domains · ↑↓ scroll · q quit", st.key.name())
+    } else {
+        format!("by {} · ? help · / filter · d domains · q quit", st.key.name())
+    };
+    let keys = Line::from(keys).style(Style::default().add_modifier(Modifier::DIM));
+    // Long lines wrap: the header takes the rows they wrap to.
+    let w = usize::from(width.max(1));
+    let header_rows: usize = header.iter().map(|l| l.width().max(1).div_ceil(w)).sum();
+    let [top, help, body, foot] = Layout::vertical([
+        Constraint::Length(header_rows as u16),
+        Constraint::Length(1),
+        Constraint::Min(2),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    f.render_widget(Paragraph::new(header).wrap(Wrap { trim: false }), top);
     f.render_widget(Paragraph::new(keys), help);
-    let mut rows = frame.map(|fr| fr.rows.clone()).unwrap_or_default();
-    sort(&mut rows, key);
+
+    let (cols, name_w) = columns(width);
+    let (all_lines, shown, all) = lines(rows, st);
+    let visible = body.height.saturating_sub(1) as usize;
+    st.page = visible;
+    st.scroll = st.scroll.min(all_lines.len().saturating_sub(visible));
     let bold = Style::default().add_modifier(Modifier::BOLD);
-    let hot = sorted_column(key);
-    let head = Row::new(COLUMNS.iter().enumerate().map(|(i, c)| {
-        if i == hot {
-            Cell::from(format!("{c}▼")).style(bold.add_modifier(Modifier::REVERSED))
+    let head = Row::new(cols.iter().map(|c| {
+        if c.sorts(st.key) {
+            Cell::from(format!("{}▼", c.title())).style(bold.add_modifier(Modifier::REVERSED))
         } else {
-            Cell::from(*c).style(bold)
+            Cell::from(c.title()).style(bold)
         }
     }));
-    let widths = [
-        Constraint::Min(24),
-        Constraint::Length(6),
-        Constraint::Length(5),
-        Constraint::Length(11),
-        Constraint::Length(9),
-        Constraint::Length(6),
-        Constraint::Length(13),
-        Constraint::Length(13),
-        Constraint::Length(6),
-        Constraint::Length(9),
-    ];
-    let table = Table::new(rows.iter().map(|r| Row::new(r.cells())), widths).header(head).column_spacing(1);
-    f.render_widget(table, body);
+    let widths: Vec<Constraint> = cols
+        .iter()
+        .map(|c| if *c == Col::Name { Constraint::Length(name_w) } else { Constraint::Length(c.width()) })
+        .collect();
+    let body_rows = all_lines.iter().skip(st.scroll).take(visible).map(|r| {
+        let style = if r.id.is_empty() { Style::default().add_modifier(Modifier::DIM) } else { Style::default() };
+        Row::new(cols.iter().map(|c| {
+            let text = c.cell(r, name_w as usize);
+            // Numbers right-aligned under their titles.
+            if matches!(c, Col::Name | Col::Status) {
+                Cell::from(text)
+            } else {
+                Cell::from(Line::from(text).right_aligned())
+            }
+        }))
+        .style(style)
+    });
+    f.render_widget(Table::new(body_rows, widths).header(head).column_spacing(1), body);
+
+    let below = all_lines.len().saturating_sub(st.scroll + visible);
+    let mut status = Vec::new();
+    if all_lines.is_empty() && frame.is_some() {
+        status.push(if st.filter.is_empty() { "no containers".to_string() } else { "nothing matches".to_string() });
+    } else if !all_lines.is_empty() {
+        status.push(format!(
+            "lines {}–{} of {}",
+            st.scroll + 1,
+            (st.scroll + visible).min(all_lines.len()),
+            all_lines.len()
+        ));
+    }
+    if st.scroll > 0 {
+        status.push(format!("{} above ↑", st.scroll));
+    }
+    if below > 0 {
+        status.push(format!("{below} more ↓"));
+    }
+    if st.editing || !st.filter.is_empty() {
+        status.push(format!(
+            "filter: {}{} ({shown} of {all})",
+            crate::view::printable(&st.filter),
+            if st.editing { "▏" } else { "" }
+        ));
+    }
+    f.render_widget(Paragraph::new(status.join(" · ")).style(Style::default().add_modifier(Modifier::BOLD)), foot);
+
+    if st.help {
+        let w = (HELP.iter().map(|l| l.chars().count()).max().unwrap_or(40) as u16 + 4).min(area.width);
+        let h = (HELP.len() as u16 + 2).min(area.height);
+        let r = Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h };
+        f.render_widget(Clear, r);
+        let p = Paragraph::new(HELP.iter().map(|l| Line::from(*l)).collect::<Vec<_>>())
+            .block(Block::default().borders(Borders::ALL).title(" keys "))
+            .wrap(Wrap { trim: false });
+        f.render_widget(p, r);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use ratatui::backend::TestBackend;
+    use ratatui::crossterm::event::KeyEventState;
     use ratatui::Terminal;
 
-    fn row(label: &str, occ: u64, bw: f64, ipc: f64) -> ViewRow {
-        ViewRow {
-            label: label.into(),
-            domain: 0,
-            rmid: Some(1),
-            status: "ok",
-            occupancy: Some(occ << 20),
-            occupancy_share: Some(occ as f64 / 32.0),
-            mbm_total: Some(bw * 1e6),
-            mbm_local: Some(bw * 1e6),
-            ipc: Some(ipc),
-            mpki: None,
+    fn key(c: KeyCode) -> KeyEvent {
+        KeyEvent { code: c, modifiers: KeyModifiers::NONE, kind: KeyEventKind::Press, state: KeyEventState::NONE }
+    }
+
+    /// `n` containers on two domains: each runs in one, is `unavailable` in the other. One has
+    /// a 64-hex id for a name, one a hostile name.
+    fn frame(n: usize) -> Frame {
+        let mut rows = Vec::new();
+        for i in 0..n {
+            let (id, label) = match i {
+                0 => ("a".repeat(64), "3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2".to_string()),
+                1 => ("evil".into(), crate::view::printable("evil\u{1b}[2Jname\n")),
+                _ => (format!("c{i:02}"), format!("svc-{i:02}")),
+            };
+            let d = (i % 2) as u32;
+            let ok = ViewRow {
+                id: id.clone(),
+                label: label.clone(),
+                domain: Some(d),
+                rmid: Some(i as u32 + 1),
+                status: "ok",
+                occupancy: Some(((n - i) as u64) << 19),
+                occupancy_share: Some((n - i) as f64 / 64.0),
+                mbm_total: Some(100e6 * (i + 1) as f64),
+                mbm_local: Some(90e6 * (i + 1) as f64),
+                l3_bytes: Some(32 << 20),
+                ..ViewRow::default()
+            };
+            let other = ViewRow {
+                domain: Some(1 - d),
+                status: "unavailable",
+                occupancy: None,
+                occupancy_share: None,
+                mbm_total: None,
+                mbm_local: None,
+                ..ok.clone()
+            };
+            rows.push(ok);
+            rows.push(other);
+        }
+        Frame {
+            host: "node-7".into(),
+            wall_ns: 1_795_489_652_481_257_541,
+            header: vec!["t=1.000s  backend=emulated interval=1ms".into()],
+            rows,
         }
     }
 
-    fn screen(key: SortKey) -> Vec<String> {
-        let frame = Frame {
-            header: vec!["backend=emulated interval=1ms".into(), "RMIDs in use=3".into()],
-            rows: vec![row("big-cache", 20, 10.0, 0.5), row("streamer", 4, 9000.0, 0.3), row("compute", 1, 5.0, 3.1)],
-        };
-        let mut t = Terminal::new(TestBackend::new(120, 12)).unwrap();
-        t.draw(|f| draw(f, Some(&frame), key)).unwrap();
+    fn screen(width: u16, height: u16, fr: &Frame, st: &mut State) -> Vec<String> {
+        let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
+        t.draw(|f| draw(f, Some(fr), st)).unwrap();
         let buf = t.backend().buffer().clone();
         (0..buf.area.height)
             .map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>())
             .collect()
     }
 
-    fn order(lines: &[String]) -> Vec<&'static str> {
-        let mut v: Vec<(usize, &'static str)> = ["big-cache", "streamer", "compute"]
-            .into_iter()
-            .filter_map(|n| lines.iter().position(|l| l.starts_with(n)).map(|i| (i, n)))
-            .collect();
-        v.sort();
-        v.into_iter().map(|x| x.1).collect()
+    #[test]
+    fn every_width_shows_whole_headers_and_values() {
+        for width in [80u16, 100, 160] {
+            let fr = frame(40);
+            let mut st = State::default();
+            let s = screen(width, 24, &fr, &mut st);
+            let all = s.join("\n");
+            assert!(s[0].starts_with("cachescope on node-7 at 2026-11-24 03:07:32 UTC"), "{width}: {}", s[0]);
+            assert!(
+                all.contains("L3 0: ") && all.contains(" of 32.0 MiB") && all.contains("MB/s"),
+                "{width}: totals\n{all}"
+            );
+            let head = s.iter().find(|l| l.starts_with("CONTAINER")).unwrap_or_else(|| panic!("{width}: {all}"));
+            let (cols, _) = columns(width);
+            for c in &cols {
+                assert!(head.contains(c.title()), "{width}: header {} cut: {head}", c.title());
+            }
+            assert!(head.contains("LLC MiB▼"), "{width}: {head}");
+            // One line per container (domains folded), statuses whole, names never wider than
+            // their column, shortened from the middle.
+            assert!(!all.contains("unava ") && !all.contains("unavai "), "{width}: a status cut\n{all}");
+            let hex = s.iter().find(|l| l.starts_with("3f2a")).unwrap_or_else(|| panic!("{width}: {all}"));
+            let (_, name_w) = columns(width);
+            if name_w < 64 {
+                assert!(hex.contains('…') && hex.contains("f1a2 "), "{width}: {hex}");
+            } else {
+                assert!(hex.contains(&fr.rows[0].label), "{width}: the whole id where it fits: {hex}");
+            }
+            assert!(all.contains("evil\\u{1b}[2Jname\\n") || all.contains("evil\\u{1b}…"), "{width}: escaped\n{all}");
+            assert!(!all.contains('\u{1b}'), "no raw escape reaches the screen");
+            // Overflow is counted, not hidden.
+            let last = s.last().unwrap();
+            assert!(last.contains(" more ↓") && last.contains("of 40"), "{width}: {last}");
+            assert!(s.iter().all(|l| l.chars().count() == width as usize));
+        }
     }
 
     #[test]
-    fn sorted_by_occupancy_then_by_the_key_pressed() {
-        let s = screen(SortKey::Occupancy);
-        assert!(s[0].starts_with("backend=emulated") && s[1].starts_with("RMIDs in use=3"), "{s:#?}");
-        assert!(s[2].contains("sorted by LLC occupancy"));
-        assert!(s[3].contains("LLC_MiB▼") && s[3].contains("MBM_TOT_MB/s"), "{}", s[3]);
-        assert_eq!(order(&s), ["big-cache", "streamer", "compute"]);
-        assert_eq!(order(&screen(sort_key('b').unwrap())), ["streamer", "big-cache", "compute"]);
-        assert_eq!(order(&screen(sort_key('I').unwrap())), ["compute", "big-cache", "streamer"]);
-        // No misses counted: the order falls back to the names; nothing is shown as 0.
-        let s = screen(sort_key('m').unwrap());
-        assert_eq!(order(&s), ["big-cache", "compute", "streamer"]);
-        let line = s.iter().find(|l| l.starts_with("compute")).unwrap();
-        assert!(line.trim_end().ends_with('-') && line.contains("3.10"), "{line}");
-        assert_eq!(sort_key('x'), None);
+    fn keys_scroll_filter_expand_and_help() {
+        let fr = frame(40);
+        let mut st = State::default();
+        let s = screen(100, 20, &fr, &mut st);
+        let first = |s: &[String]| s.iter().position(|l| l.starts_with("CONTAINER")).map(|i| s[i + 1].clone()).unwrap();
+        assert!(first(&s).starts_with("3f2a"), "the biggest first: {}", first(&s));
+        assert_eq!(st.on_key(key(KeyCode::Down)), Action::Redraw);
+        let s = screen(100, 20, &fr, &mut st);
+        assert!(s.last().unwrap().contains("1 above ↑"), "{}", s.last().unwrap());
+        assert!(!first(&s).starts_with("3f2a"));
+        st.on_key(key(KeyCode::End));
+        let s = screen(100, 20, &fr, &mut st);
+        assert!(!s.last().unwrap().contains("more ↓"), "at the end: {}", s.last().unwrap());
+        st.on_key(key(KeyCode::Home));
+        // Filter: "/" then text, Enter keeps it.
+        st.on_key(key(KeyCode::Char('/')));
+        for c in "svc-1".chars() {
+            st.on_key(key(KeyCode::Char(c)));
+        }
+        st.on_key(key(KeyCode::Enter));
+        let s = screen(100, 20, &fr, &mut st);
+        let body: Vec<&String> = s.iter().filter(|l| l.starts_with("svc-")).collect();
+        assert_eq!(body.len(), 10, "svc-10..19: {s:#?}");
+        assert!(s.last().unwrap().contains("filter: svc-1 (10 of 40)"), "{}", s.last().unwrap());
+        // q while typing is text, not quit.
+        st.on_key(key(KeyCode::Char('/')));
+        assert_eq!(st.on_key(key(KeyCode::Char('q'))), Action::Redraw);
+        st.on_key(key(KeyCode::Esc));
+        assert!(st.filter.is_empty());
+        // d: each container followed by its domains.
+        st.on_key(key(KeyCode::Char('d')));
+        let s = screen(160, 30, &fr, &mut st);
+        let i = s.iter().position(|l| l.starts_with("3f2a")).unwrap();
+        assert!(s[i + 1].starts_with("  L3 0") && s[i + 2].starts_with("  L3 1"), "{s:#?}");
+        assert!(s[i + 2].contains("unavailable"));
+        // ?: the help over the table; any key closes it.
+        st.on_key(key(KeyCode::Char('?')));
+        let s = screen(100, 20, &fr, &mut st);
+        assert!(s.iter().any(|l| l.contains("show or fold each container's L3 domains")), "{s:#?}");
+        st.on_key(key(KeyCode::Char('x')));
+        assert!(!st.help);
+        assert_eq!(st.on_key(key(KeyCode::Char('b'))), Action::Redraw);
+        let s = screen(100, 20, &fr, &mut st);
+        assert!(s.iter().any(|l| l.contains("MBM MB/s▼")));
+        assert_eq!(st.on_key(key(KeyCode::Char('q'))), Action::Quit);
     }
 }

@@ -7,11 +7,13 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// One (container, domain) line of the view, over one display period.
-#[derive(Debug, Clone, PartialEq)]
+/// One (container, domain) line of the view over one display period, or (`domain` None) a
+/// container's domains folded into one line.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ViewRow {
+    pub id: String,
     pub label: String,
-    pub domain: u32,
+    pub domain: Option<u32>,
     pub rmid: Option<u32>,
     pub status: &'static str,
     pub occupancy: Option<u64>,
@@ -21,6 +23,12 @@ pub struct ViewRow {
     pub mbm_local: Option<f64>,
     pub ipc: Option<f64>,
     pub mpki: Option<f64>,
+    /// The period's counts behind `ipc` and `mpki` (what folding sums).
+    pub cycles: Option<u64>,
+    pub instructions: Option<u64>,
+    pub misses: Option<u64>,
+    /// L3 size of the row's domain (of all its domains, folded).
+    pub l3_bytes: Option<u64>,
 }
 
 pub const COLUMNS: [&str; 10] =
@@ -32,7 +40,7 @@ impl ViewRow {
         let f = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
         [
             self.label.clone(),
-            self.domain.to_string(),
+            self.domain.map_or("*".into(), |d| d.to_string()),
             self.rmid.map_or("-".into(), |x| x.to_string()),
             self.status.to_string(),
             f(self.occupancy.map(|b| b as f64 / 1048576.0), 2),
@@ -84,6 +92,113 @@ pub fn sort(rows: &mut [ViewRow], key: SortKey) {
         };
         by_value.then_with(|| a.label.cmp(&b.label)).then(a.domain.cmp(&b.domain))
     });
+}
+
+/// Statuses by how much they say when domains are folded: a container that is `ok` anywhere
+/// is `ok`; otherwise the most telling reason.
+fn rank(status: &str) -> u8 {
+    match status {
+        "ok" => 0,
+        "no_rmid" => 1,
+        "error" => 2,
+        "unassigned" => 3,
+        "unavailable" => 4,
+        _ => 5,
+    }
+}
+
+fn sum(v: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    v.fold(None, |a, x| match (a, x) {
+        (a, None) => a,
+        (None, Some(x)) => Some(x),
+        (Some(a), Some(x)) => Some(a.saturating_add(x)),
+    })
+}
+
+fn sumf(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    v.fold(None, |a, x| match (a, x) {
+        (a, None) => a,
+        (None, Some(x)) => Some(x),
+        (Some(a), Some(x)) => Some(a + x),
+    })
+}
+
+/// One container: its domains folded into one line, and the domain lines themselves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub total: ViewRow,
+    pub parts: Vec<ViewRow>,
+}
+
+/// Fold (container, domain) rows into one group per container: occupancy, bandwidth and
+/// counts summed over domains (the share is of the L3 of the domains it has occupancy in).
+pub fn fold(rows: &[ViewRow]) -> Vec<Group> {
+    let mut by: BTreeMap<&str, Vec<&ViewRow>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.id.as_str()).or_default().push(r);
+    }
+    by.into_values()
+        .map(|mut parts| {
+            parts.sort_by_key(|r| r.domain);
+            let first = parts[0];
+            let occupancy = sum(parts.iter().map(|r| r.occupancy));
+            let l3 = sum(parts.iter().filter(|r| r.occupancy.is_some()).map(|r| r.l3_bytes));
+            let (cycles, instructions, misses) = (
+                sum(parts.iter().map(|r| r.cycles)),
+                sum(parts.iter().map(|r| r.instructions)),
+                sum(parts.iter().map(|r| r.misses)),
+            );
+            let rmids: std::collections::BTreeSet<Option<u32>> = parts.iter().map(|r| r.rmid).collect();
+            let total = ViewRow {
+                id: first.id.clone(),
+                label: first.label.clone(),
+                domain: None,
+                rmid: if rmids.len() == 1 { first.rmid } else { None },
+                status: parts.iter().map(|r| r.status).min_by_key(|s| rank(s)).unwrap_or("ok"),
+                occupancy,
+                occupancy_share: match (occupancy, l3) {
+                    (Some(b), Some(l3)) if l3 > 0 => Some(b as f64 / l3 as f64),
+                    _ => None,
+                },
+                mbm_total: sumf(parts.iter().map(|r| r.mbm_total)),
+                mbm_local: sumf(parts.iter().map(|r| r.mbm_local)),
+                ipc: ipc(instructions, cycles),
+                mpki: mpki(misses, instructions),
+                cycles,
+                instructions,
+                misses,
+                l3_bytes: l3,
+            };
+            Group { total, parts: parts.into_iter().cloned().collect() }
+        })
+        .collect()
+}
+
+/// One L3 domain over the period: occupancy of every container together, and bandwidth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DomainTotal {
+    pub domain: u32,
+    pub used: Option<u64>,
+    pub l3_bytes: Option<u64>,
+    /// Bytes per second.
+    pub mbm_total: Option<f64>,
+}
+
+pub fn domain_totals(rows: &[ViewRow]) -> Vec<DomainTotal> {
+    let mut by: BTreeMap<u32, Vec<&ViewRow>> = BTreeMap::new();
+    for r in rows {
+        if let Some(d) = r.domain {
+            by.entry(d).or_default().push(r);
+        }
+    }
+    by.into_iter()
+        .map(|(domain, v)| DomainTotal {
+            domain,
+            used: sum(v.iter().map(|r| r.occupancy)),
+            l3_bytes: v.iter().find_map(|r| r.l3_bytes),
+            mbm_total: sumf(v.iter().map(|r| r.mbm_total)),
+        })
+        .collect()
 }
 
 /// Accumulates rows between two displays.
@@ -143,37 +258,48 @@ impl Accumulator {
     }
 
     /// The view of the `period` that ends now, sorted by occupancy; the next period starts.
-    pub fn take(&mut self, period: Duration, l3_bytes: Option<u64>) -> Vec<ViewRow> {
+    /// `l3_bytes`: each domain's L3 size.
+    pub fn take(&mut self, period: Duration, l3_bytes: &[(u32, u64)]) -> Vec<ViewRow> {
         let secs = period.as_secs_f64().max(1e-9);
         let mut out = Vec::new();
-        for (domain, a) in self.rows.values_mut().flat_map(|d| d.iter_mut()) {
-            let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
-            out.push(ViewRow {
-                label: a.label.clone(),
-                domain: *domain,
-                rmid: a.rmid,
-                status: a.status,
-                occupancy: a.occupancy,
-                occupancy_share: match (a.occupancy, l3_bytes) {
-                    (Some(b), Some(l3)) if l3 > 0 => Some(b as f64 / l3 as f64),
-                    _ => None,
-                },
-                mbm_total: rate(a.total),
-                mbm_local: rate(a.local),
-                ipc: ipc(a.instructions, a.cycles),
-                mpki: mpki(a.misses, a.instructions),
-            });
-            a.total = 0;
-            a.local = 0;
-            a.mbm_seen = false;
-            a.cycles = None;
-            a.instructions = None;
-            a.misses = None;
+        for (id, domains) in self.rows.iter_mut() {
+            for (domain, a) in domains.iter_mut() {
+                let l3_bytes = l3_bytes.iter().find(|(d, _)| d == domain).map(|(_, b)| *b);
+                let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
+                out.push(ViewRow {
+                    id: id.clone(),
+                    label: a.label.clone(),
+                    domain: Some(*domain),
+                    rmid: a.rmid,
+                    status: a.status,
+                    occupancy: a.occupancy,
+                    occupancy_share: match (a.occupancy, l3_bytes) {
+                        (Some(b), Some(l3)) if l3 > 0 => Some(b as f64 / l3 as f64),
+                        _ => None,
+                    },
+                    mbm_total: rate(a.total),
+                    mbm_local: rate(a.local),
+                    ipc: ipc(a.instructions, a.cycles),
+                    mpki: mpki(a.misses, a.instructions),
+                    cycles: a.cycles,
+                    instructions: a.instructions,
+                    misses: a.misses,
+                    l3_bytes,
+                });
+                a.total = 0;
+                a.local = 0;
+                a.mbm_seen = false;
+                a.cycles = None;
+                a.instructions = None;
+                a.misses = None;
+            }
         }
         sort(&mut out, SortKey::Occupancy);
         out
     }
 }
+
+pub use cachescope_report::svg::shorten;
 
 /// The plain table printed without a terminal: `t=…  header`, then one line per row.
 /// A name as it may reach a terminal: control characters (escape sequences, newlines) shown
@@ -208,8 +334,9 @@ mod tests {
 
     pub(crate) fn row(label: &str, occ: Option<u64>, bw: Option<f64>, ipc: Option<f64>, mpki: Option<f64>) -> ViewRow {
         ViewRow {
+            id: label.into(),
             label: label.into(),
-            domain: 0,
+            domain: Some(0),
             rmid: Some(1),
             status: "ok",
             occupancy: occ,
@@ -218,6 +345,7 @@ mod tests {
             mbm_local: bw,
             ipc,
             mpki,
+            ..ViewRow::default()
         }
     }
 
@@ -251,5 +379,43 @@ mod tests {
         assert_eq!(&c[4..], &["-", "-", "-", "-", "-", "-"]);
         let c = row("x", Some(3 << 20), Some(2.5e6), Some(1.234), Some(0.0)).cells();
         assert_eq!(&c[4..], &["3.00", "-", "2.5", "2.5", "1.23", "0.00"]);
+    }
+
+    #[test]
+    fn domains_fold_into_one_line_per_container() {
+        let part = |d: u32, status: &'static str, occ: Option<u64>, bw: Option<f64>, c: u64, i: u64| ViewRow {
+            id: "web".into(),
+            label: "web".into(),
+            domain: Some(d),
+            rmid: Some(7),
+            status,
+            occupancy: occ,
+            mbm_total: bw,
+            cycles: Some(c),
+            instructions: Some(i),
+            l3_bytes: Some(32 << 20),
+            ..ViewRow::default()
+        };
+        let rows = vec![
+            part(1, "unavailable", None, None, 0, 0),
+            part(0, "ok", Some(8 << 20), Some(1e6), 100, 300),
+            ViewRow { id: "db".into(), label: "db".into(), domain: Some(0), status: "no_rmid", ..ViewRow::default() },
+        ];
+        let g = fold(&rows);
+        assert_eq!(g.len(), 2);
+        let web = g.iter().find(|g| g.total.id == "web").unwrap();
+        assert_eq!(web.parts.iter().map(|p| p.domain).collect::<Vec<_>>(), [Some(0), Some(1)]);
+        let t = &web.total;
+        assert_eq!((t.domain, t.status, t.rmid, t.occupancy), (None, "ok", Some(7), Some(8 << 20)));
+        assert_eq!(t.occupancy_share, Some(0.25), "of the L3 of the domain it occupies");
+        assert_eq!((t.mbm_total, t.ipc), (Some(1e6), Some(3.0)));
+        assert_eq!(g.iter().find(|g| g.total.id == "db").unwrap().total.status, "no_rmid");
+        let d = domain_totals(&rows);
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            (d[0].domain, d[0].used, d[0].l3_bytes, d[0].mbm_total),
+            (0, Some(8 << 20), Some(32 << 20), Some(1e6))
+        );
+        assert_eq!((d[1].used, d[1].mbm_total), (None, None), "nothing measured there: unknown, not 0");
     }
 }

@@ -231,11 +231,67 @@ fn live_view_on_a_terminal() {
     let (enter, leave) = (screen.find("\x1b[?1049h").unwrap(), screen.rfind("\x1b[?1049l").unwrap());
     assert!(enter < leave, "alternate screen entered and left");
     let inside = &screen[enter..leave];
-    assert!(inside.contains("sorted by LLC occupancy") && inside.contains("LLC_MiB▼"), "{inside}");
+    assert!(inside.contains("sorted by LLC occupancy") && inside.contains("LLC MiB▼"), "{inside}");
     assert!(inside.contains("thrash") && inside.contains("backend=emulated"), "{inside}");
     // After `b` the sort marker moves to the bandwidth column.
-    assert!(inside.contains("MBM_TOT_MB/s▼"), "{inside}");
+    assert!(inside.contains("MBM MB/s▼"), "{inside}");
     assert!(screen[leave..].contains("ticks, lateness"), "summary after the terminal is back");
+}
+
+/// What a person sees in tmux at 80, 100 and 160 columns: host and time, per-domain totals,
+/// one line per container, whole headers and values; `d` unfolds the domains, `/` filters,
+/// `?` helps, `q` quits.
+#[test]
+fn live_view_in_tmux_at_three_widths() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        println!("skip: no tmux (scripts/setup.sh installs it)");
+        return;
+    }
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    for width in [80, 100, 160] {
+        let session = format!("cachescope-test-{}-{width}", std::process::id());
+        let cmd = format!("{} monitor --scenario {} --duration 30s", env!("CARGO_BIN_EXE_cachescope"), scenario());
+        let w = width.to_string();
+        tmux(&["new-session", "-d", "-s", &session, "-x", &w, "-y", "30", &cmd]);
+        let pane = |keys: &[&str]| {
+            if !keys.is_empty() {
+                let mut a = vec!["send-keys", "-t", &session];
+                a.extend_from_slice(keys);
+                tmux(&a);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            tmux(&["capture-pane", "-p", "-t", &session])
+        };
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let s = pane(&[]);
+        let lines: Vec<&str> = s.lines().collect();
+        assert!(lines[0].starts_with("cachescope on ") && lines[0].ends_with(" UTC"), "{width}:\n{s}");
+        assert!(s.contains("L3 0: ") && s.contains("L3 1: ") && s.contains(" MiB used"), "{width}: totals\n{s}");
+        let head = lines.iter().find(|l| l.starts_with("CONTAINER")).unwrap_or_else(|| panic!("{width}:\n{s}"));
+        for t in ["STATUS", "LLC MiB▼", "LLC %", "MBM MB/s", "IPC", "MPKI"] {
+            assert!(head.contains(t), "{width}: '{t}' in {head}");
+        }
+        let count = |s: &str, name: &str| s.lines().filter(|l| l.starts_with(name)).count();
+        assert_eq!(count(&s, "web"), 1, "{width}: one line per container\n{s}");
+        assert!(lines.iter().all(|l| l.chars().count() <= width), "{width}: wider than the terminal");
+        let s = pane(&["d"]);
+        assert!(s.contains("  L3 1") && s.contains("unavailable"), "{width}: domains unfolded\n{s}");
+        let s = pane(&["/", "w", "e", "Enter"]);
+        assert_eq!((count(&s, "web"), count(&s, "batch")), (1, 0), "{width}: filtered\n{s}");
+        assert!(s.contains("filter: we (1 of "), "{width}:\n{s}");
+        let s = pane(&["?"]);
+        assert!(s.contains("show or fold each container's L3 domains"), "{width}: help\n{s}");
+        pane(&["Escape"]);
+        pane(&["q"]);
+        let alive = Command::new("tmux").args(["has-session", "-t", &session]).status().unwrap().success();
+        if alive {
+            tmux(&["kill-session", "-t", &session]);
+        }
+        assert!(!alive, "{width}: q quits");
+    }
 }
 
 /// A vector whose leaf 0xF.1 holds `ecx` (max RMID) and `ebx` (upscale factor).

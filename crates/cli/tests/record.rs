@@ -192,7 +192,7 @@ fn recorded_scenario_matches_known_answers() {
     let rep = bin().args(["report", "--json"]).arg(&out_dir).output().unwrap();
     assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
     let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
-    let solo = v.as_array().unwrap().iter().find(|s| s["container_id"] == "solo").unwrap();
+    let solo = v["containers"].as_array().unwrap().iter().find(|s| s["container_id"] == "solo").unwrap();
     let mean = solo["mbm_total_mean_bytes_per_sec"].as_f64().unwrap();
     assert!((mean - 1000e6).abs() < 5e6, "{mean}");
     assert!(solo["occupancy_max_bytes"].as_i64().unwrap() <= 8 << 20);
@@ -914,4 +914,32 @@ fn files_uploaded_to_s3_while_the_store_comes_and_goes() {
     }
     let journal = std::fs::read_to_string(out_dir.join(".cachescope-uploaded")).unwrap();
     assert_eq!(journal.lines().count(), 2, "{journal}");
+}
+
+/// `record` prints progress on stderr: every `--print-every` on a terminal, at most once a
+/// minute into a log (here: a pipe), so a 3 s run logs one line.
+#[test]
+fn record_prints_progress_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args([
+            "record",
+            "--scenario",
+            &scenario_file(dir.path()),
+            "--duration",
+            "3s",
+            "--print-every",
+            "1s",
+            "--output",
+        ])
+        .arg(dir.path().join("rec"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(" rows sampled; ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    for part in ["t=1.0s", "written", "files finished", "write errors", "lateness p99", "missed", "RMIDs "] {
+        assert!(lines[0].contains(part), "{part}: {}", lines[0]);
+    }
 }

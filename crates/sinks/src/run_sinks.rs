@@ -95,6 +95,13 @@ impl RecordSink {
     }
 }
 
+impl RecordSink {
+    /// What the writer has done so far (rows written, files, errors), for progress lines.
+    pub fn stats(&self) -> Option<crate::parquet::Stats> {
+        self.rec.as_ref().map(|r| r.stats())
+    }
+}
+
 impl Sink for RecordSink {
     fn rows(&mut self, rows: &[Row]) -> Flow {
         let Some(rec) = &self.rec else { return Flow::Continue };
