@@ -342,3 +342,46 @@ mod tests {
         assert_eq!(span(20_001_000_000), "20.00 s");
     }
 }
+
+#[cfg(test)]
+mod pmu_tests {
+    use super::*;
+    use cachescope_sinks::report::{Point, Recorded, Recording};
+
+    /// Where the PMU columns were counted, the page has IPC and MPKI charts; a hostile name is
+    /// escaped everywhere.
+    #[test]
+    fn ipc_and_mpki_charts_where_counted() {
+        let pts: Vec<Point> = (1..=200)
+            .map(|t| Point {
+                time_ns: 1_000_000_000 + t * 1_000_000,
+                interval_ns: 1_000_000,
+                domain: 0,
+                occupancy: Some(4 << 20),
+                mbm_total: Some(1_000_000),
+                mbm_local: None,
+                cycles: Some(2_000_000),
+                instructions: Some(3_000_000),
+                misses: Some(3_000),
+                no_rmid: t > 150,
+                stopped: false,
+            })
+            .collect();
+        let mut rec = Recording::default();
+        rec.containers.insert("x".into(), Recorded { name: Some("<x>\u{1b}[2J".into()), points: pts });
+        let r = crate::analyze(rec);
+        let names: Vec<String> = charts(&r).into_iter().map(|c| c.0).collect();
+        assert_eq!(
+            names,
+            ["domain-0-occupancy.svg", "domain-0-bandwidth.svg", "domain-0-ipc.svg", "domain-0-mpki.svg"]
+        );
+        let tl = r.timeline.as_ref().unwrap();
+        let line = &tl.domains[0].lines[0];
+        assert!(line.ipc.iter().flatten().all(|v| (v - 1.5).abs() < 1e-9), "{:?}", line.ipc);
+        assert!(line.mpki.iter().flatten().all(|v| (v - 1.0).abs() < 1e-9));
+        let page = page(&r);
+        assert!(page.contains("class=\"no-rmid\""), "the last quarter without an RMID is shaded");
+        assert!(!page.contains("<x>") && !page.contains('\u{1b}') && page.contains("&lt;x&gt;\\x1b[2J"));
+        assert!(!page.contains("id=\"no-pmu\""));
+    }
+}
