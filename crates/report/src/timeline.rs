@@ -145,8 +145,14 @@ fn line(id: &str, name: &str, pts: &[&Point], start_ns: i64, w: i64, n: usize) -
         let has = touched[slot].iter().any(|t| *t);
         (has && (touched[slot][k] || in_life(k))).then_some(sums[slot][k])
     };
-    let secs = w as f64 / 1e9;
-    let bandwidth = (0..n).map(|k| value(0, k).map(|b| b / secs)).collect();
+    // A rate over the part of the bucket the series lived in: a container that starts or
+    // stops mid-bucket (or a recording that ends there) shows no false dip.
+    let secs = |k: usize| {
+        let (b0, b1) = (end_of(k) - w, end_of(k));
+        let lived = life.map_or(w, |(a, b)| (b1.min(b) - b0.max(a)).max(0));
+        lived as f64 / 1e9
+    };
+    let bandwidth = (0..n).map(|k| value(0, k).filter(|_| secs(k) > 0.0).map(|b| b / secs(k))).collect();
     let ipc = (0..n)
         .map(|k| match (value(2, k), value(1, k)) {
             (Some(i), Some(c)) if c > 0.0 => Some(i / c),
@@ -242,6 +248,16 @@ mod tests {
         assert_eq!(b.name, "bee");
         assert_eq!(b.bandwidth, vec![None; 6], "no MBM in its rows: unknown, not 0");
         assert_eq!(a.bandwidth[..3], [Some(1000.0), Some(0.0), Some(0.0)]);
+    }
+
+    #[test]
+    fn a_series_that_starts_mid_bucket_shows_its_rate_not_a_dip() {
+        // 1000 bytes per ms from 15 ms to 30 ms; another series spans 0..30 ms.
+        let mut r = rec((16..=30).map(|t| p(t, 1, Some(1), Some(1000))).collect());
+        r.insert("b".into(), Recorded { name: None, points: vec![p(1, 1, Some(1), None), p(30, 1, Some(1), None)] });
+        let t = build(&r, 3).unwrap();
+        assert_eq!(t.bucket_ns, 10_000_000);
+        assert_eq!(t.domains[0].lines[0].bandwidth, vec![None, Some(1e6), Some(1e6)]);
     }
 
     #[test]
