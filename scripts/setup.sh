@@ -11,6 +11,7 @@ APT_NEEDS=(
   "make:make"          # libbpf-sys builds the vendored libbpf
   "pkg-config:pkg-config"
   "dockerd:docker.io"  # real containers for the runtime-metadata tests (test.sh starts dockerd)
+  "podman:podman"      # the same through Podman's Docker-compatible API
   "busybox:busybox-static"  # the root of the test image (docker import, no registry)
   "promtool:prometheus"  # checks /metrics, the rules and the dashboard's queries (deploy/)
   "systemd-analyze:systemd"  # verifies deploy/systemd/cachescope.service

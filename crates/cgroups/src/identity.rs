@@ -138,7 +138,10 @@ pub fn identify(rel: &str, globs: &[Glob]) -> Option<Identity> {
         ("crio-", Runtime::CriO),
         ("libpod-", Runtime::Podman),
     ] {
-        if let Some(id) = last.strip_prefix(prefix).and_then(|s| s.strip_suffix(".scope")) {
+        // `.scope` under systemd's cgroup driver; bare under cgroupfs (Podman's
+        // `libpod_parent/libpod-<id>`, containerd's and CRI-O's with cgroupfs).
+        if let Some(rest) = last.strip_prefix(prefix) {
+            let id = rest.strip_suffix(".scope").unwrap_or(rest);
             if is_hex_id(id) {
                 return Some(with_pod(id, runtime));
             }
@@ -290,6 +293,8 @@ mod tests {
             ("kubepods.slice".into(), None),
             (format!("kubepods.slice/kubepods-pod{u_}.slice"), None),
             (format!("machine.slice/libpod-conmon-{ID}.scope"), None),
+            (format!("libpod_parent/libpod-{ID}"), Some((ID.into(), Runtime::Podman, None, None))),
+            ("libpod_parent/conmon".to_string(), None),
             ("system.slice/docker-abc.scope".into(), None),
             (format!("system.slice/docker-{}.scope", ID.to_uppercase()), None),
             ("".into(), None),

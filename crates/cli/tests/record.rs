@@ -740,10 +740,12 @@ fn nested_containers_are_each_reported_and_charged() {
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
 }
 
-/// A local image holding busybox (no registry: `docker import` of a one-binary root).
-fn busybox_image() -> Option<&'static str> {
-    const IMAGE: &str = "cachescope-test-busybox:1";
-    if docker(&["image", "inspect", IMAGE]).is_some() {
+/// A local image holding busybox (no registry: `docker import` / `podman import` of a
+/// one-binary root), for the runtime `cli` (docker or podman).
+fn busybox_image(cli: &str) -> Option<&'static str> {
+    const IMAGE: &str = "localhost/cachescope-test-busybox:1";
+    let ok = |args: &[&str]| Command::new(cli).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if ok(&["image", "inspect", IMAGE]).is_ok_and(|s| s.success()) {
         return Some(IMAGE);
     }
     let root = tempfile::tempdir().ok()?;
@@ -754,7 +756,7 @@ fn busybox_image() -> Option<&'static str> {
     }
     let ok = Command::new("sh")
         .arg("-c")
-        .arg(format!("tar -C {} -c . | docker import - {IMAGE}", root.path().display()))
+        .arg(format!("tar -C {} -c . | {cli} import - {IMAGE}", root.path().display()))
         .stdout(Stdio::null())
         .status()
         .ok()?
@@ -762,15 +764,10 @@ fn busybox_image() -> Option<&'static str> {
     ok.then_some(IMAGE)
 }
 
-/// Real Docker containers get their names and pods from Docker's API (the pod from the
-/// `io.kubernetes.pod.*` labels a kubelet sets, which only the API tells), in the Parquet
-/// file and on /metrics, while `record` runs.
-#[test]
-fn docker_containers_named_by_the_runtime() {
-    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
-        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
-    }
-    let Some(image) = busybox_image() else { return println!("skip: no busybox image (busybox-static)") };
+/// `record --listen` while the runtime `cli` starts a labelled container: its name and pod
+/// (the `io.kubernetes.pod.*` labels a kubelet sets, which only the API tells) reach the
+/// Parquet file and /metrics. `run_extra`: flags the runtime needs here.
+fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("rec");
     let addr = {
@@ -784,14 +781,10 @@ fn docker_containers_named_by_the_runtime() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    let name = format!("cachescope-test-{}", std::process::id());
-    let id = docker(&[
-        "run",
-        "-d",
-        "--network",
-        "none",
-        "--name",
-        &name,
+    let name = format!("cachescope-test-{cli}-{}", std::process::id());
+    let mut args = vec!["run", "-d", "--network", "none", "--name", &name];
+    args.extend_from_slice(run_extra);
+    args.extend_from_slice(&[
         "--label",
         "io.kubernetes.pod.name=web-0",
         "--label",
@@ -800,9 +793,11 @@ fn docker_containers_named_by_the_runtime() {
         "sleep",
         "30",
     ]);
+    let run = Command::new(cli).args(&args).output().unwrap();
+    let id = run.status.success().then(|| String::from_utf8_lossy(&run.stdout).trim().to_string());
     // Until /metrics names it (the API answers in milliseconds; a loaded machine may take
     // longer), then the container goes.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(8);
     let mut page = String::new();
     while Instant::now() < deadline {
         page = get(&addr, "/metrics").unwrap_or_default();
@@ -811,14 +806,14 @@ fn docker_containers_named_by_the_runtime() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = docker(&["rm", "-f", &name]);
+    let _ = Command::new(cli).args(["rm", "-f", &name]).output();
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
     let out = rec.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let id = id.expect("docker run");
+    let id = id.unwrap_or_else(|| panic!("{cli} run: {}", String::from_utf8_lossy(&run.stderr)));
     let (batches, _) = read(&parquet_files(&out_dir));
     let mut named = 0;
     for b in &batches {
@@ -835,6 +830,59 @@ fn docker_containers_named_by_the_runtime() {
     assert!(named > 0, "rows of {id}: {err}");
     let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
     assert!(line.contains(&format!("container_name=\"{name}\"")) && line.contains("pod_name=\"web-0\""), "{line}");
+}
+
+#[test]
+fn docker_containers_named_by_the_runtime() {
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
+    }
+    let Some(image) = busybox_image("docker") else { return println!("skip: no busybox image (busybox-static)") };
+    runtime_names_reach_the_outputs("docker", image, &[]);
+}
+
+/// The same with Podman, through its Docker-compatible API on /run/podman/podman.sock
+/// (`podman system service`, started here when nothing serves the socket). Without
+/// CAP_SYS_RESOURCE (as on our machines) runc cannot raise the rlimits Podman asks for by
+/// default, so the container gets limits below the current hard ones.
+#[test]
+fn podman_containers_named_by_the_runtime() {
+    if Command::new("podman").arg("--version").output().is_err() {
+        return println!("skip: podman is not installed (scripts/setup.sh installs it)");
+    }
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return println!("skip: not root (the test uses the system Podman socket)");
+    }
+    let Some(image) = busybox_image("podman") else { return println!("skip: no busybox image (busybox-static)") };
+    let sock = Path::new("/run/podman/podman.sock");
+    let mut service = None;
+    if std::os::unix::net::UnixStream::connect(sock).is_err() {
+        let _ = std::fs::create_dir_all("/run/podman");
+        let _ = std::fs::remove_file(sock);
+        service = Some(
+            Command::new("podman")
+                .args(["system", "service", "--time=0", "unix:///run/podman/podman.sock"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(sock).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
+    let r = std::panic::catch_unwind(|| runtime_names_reach_the_outputs("podman", image, &limits));
+    if let Some(mut s) = service {
+        let _ = s.kill();
+        let _ = s.wait();
+        let _ = std::fs::remove_file(sock);
+    }
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
 }
 
 /// A Python snippet against the local S3 store (boto3 comes with moto).
