@@ -28,7 +28,7 @@ cachescope info | grep -i "kmod" | sed 's/^/CS-INFO /'
 mkdir -p /sys/fs/cgroup/ctr/pre
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/pre/cgroup.procs; exec sleep 100' &
 P=$!
-cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 7s \
+cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 10s \
     >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
 sleep 1
@@ -48,7 +48,7 @@ sleep 0.5
 # The third container runs: its lines evict busy's, whose RMID leaves limbo for "over".
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/extra/cgroup.procs; while :; do :; done' &
 E=$!
-sleep 2
+sleep 3
 kill -9 $E; wait $E 2>/dev/null
 say extra_usage_usec=$(usage extra)
 say idle_usage_usec=$(usage idle)
