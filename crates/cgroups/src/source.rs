@@ -6,7 +6,7 @@ use crate::watch::{Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
-use cachescope_runtimes::{EngineApi, Resolver, Which};
+use cachescope_runtimes::{Bundles, EngineApi, Resolver, Which};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
@@ -48,7 +48,7 @@ impl HostContainers {
             by_path: BTreeMap::new(),
             what,
             said_unwatched: false,
-            resolver: Resolver::start(EngineApi::docker(), EngineApi::podman()),
+            resolver: Resolver::start(EngineApi::docker(), EngineApi::podman(), Bundles::cri()),
         })
     }
 }
@@ -95,6 +95,7 @@ impl ContainerSource for HostContainers {
                     let which = match c.identity.runtime {
                         Runtime::Docker => Some(Which::Docker),
                         Runtime::Podman => Some(Which::Podman),
+                        Runtime::Containerd | Runtime::CriO | Runtime::Kubernetes => Some(Which::Cri),
                         _ => None,
                     };
                     if let Some(w) = which {

@@ -885,6 +885,130 @@ fn podman_containers_named_by_the_runtime() {
     }
 }
 
+/// containerd, as a kubelet's CRI plugin runs containers: a container in a pod's cgroup
+/// (`kubepods/besteffort/pod<uid>/<id>`) whose OCI spec carries the CRI's annotations (pod
+/// name, namespace, uid, container name, image). The CRI plugin itself is not driven (no CRI
+/// client is packaged here: crictl is not in Debian); `ctr` sets the same annotations on a real
+/// containerd, and cachescope reads them from the bundle containerd writes for runc.
+#[test]
+fn containerd_kubernetes_identity_from_the_bundle() {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return println!("skip: not root");
+    }
+    if Command::new("ctr").arg("--version").output().is_err()
+        || Command::new("containerd").arg("--version").output().is_err()
+    {
+        return println!("skip: containerd is not installed (docker.io brings it)");
+    }
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        return println!("skip: no Docker daemon to build the image with");
+    }
+    let Some(image) = busybox_image("docker") else { return println!("skip: no busybox image (busybox-static)") };
+    let sock = Path::new("/run/containerd/containerd.sock");
+    let mut daemon = None;
+    if std::os::unix::net::UnixStream::connect(sock).is_err() {
+        daemon = Some(Command::new("containerd").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(sock).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let ctr = |args: &[&str]| Command::new("ctr").args(["-n", "k8s.io"]).args(args).output().unwrap();
+    let import = Command::new("sh")
+        .arg("-c")
+        .arg(format!("docker save {image} | ctr -n k8s.io images import -"))
+        .output()
+        .unwrap();
+    assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
+    let pid = std::process::id();
+    let id = format!("{:0>64x}", u128::from(pid) << 64 | 0xcafe);
+    let uid = format!("0c5e7a11-0000-4000-8000-{pid:012}");
+    let cgroup = format!("kubepods/besteffort/pod{uid}/{id}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("rec");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let rec = bin()
+        .args(["record", "--duration", "30s", "--listen", &addr, "--output"])
+        .arg(&out_dir)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let ann = |k: &str, v: &str| format!("io.kubernetes.cri.{k}={v}");
+    let run = ctr(&[
+        "run",
+        "-d",
+        "--cgroup",
+        &cgroup,
+        "--annotation",
+        &ann("container-type", "container"),
+        "--annotation",
+        &ann("container-name", "app"),
+        "--annotation",
+        &ann("sandbox-name", "web-0"),
+        "--annotation",
+        &ann("sandbox-namespace", "shop"),
+        "--annotation",
+        &ann("sandbox-uid", &uid),
+        "--annotation",
+        &ann("image-name", image),
+        image,
+        &id,
+        "sleep",
+        "30",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut page = String::new();
+    while run.status.success() && Instant::now() < deadline {
+        page = get(&addr, "/metrics").unwrap_or_default();
+        if page.lines().any(|l| l.contains(&id) && l.contains("web-0")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = ctr(&["tasks", "kill", "-s", "KILL", &id]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = ctr(&["tasks", "rm", "-f", &id]);
+    let _ = ctr(&["containers", "rm", &id]);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
+    let out = rec.wait_with_output().unwrap();
+    // The pod's cgroup (runc removes the container's only), in every hierarchy; then the
+    // kubepods parents where empty.
+    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        for d in [format!("kubepods/besteffort/pod{uid}"), "kubepods/besteffort".into(), "kubepods".into()] {
+            let _ = std::fs::remove_dir(h.path().join(d));
+        }
+    }
+    if let Some(mut d) = daemon {
+        let _ = d.kill();
+        let _ = d.wait();
+    }
+    assert!(run.status.success(), "ctr run: {}", String::from_utf8_lossy(&run.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let (batches, _) = read(&parquet_files(&out_dir));
+    let mut named = 0;
+    for b in &batches {
+        let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
+        let (ids, names, pods, nss, uids) =
+            (s("container_id"), s("container_name"), s("pod_name"), s("pod_namespace"), s("pod_uid"));
+        for i in 0..b.num_rows() {
+            if ids.value(i) == id {
+                assert_eq!((names.value(i), pods.value(i), nss.value(i)), ("app", "web-0", "shop"));
+                assert_eq!(uids.value(i), uid, "from the cgroup path");
+                named += 1;
+            }
+        }
+    }
+    assert!(named > 0, "rows of {id}: {err}");
+    let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
+    assert!(line.contains("container_name=\"app\"") && line.contains("pod_namespace=\"shop\""), "{line}");
+}
+
 /// A Python snippet against the local S3 store (boto3 comes with moto).
 fn s3py(endpoint: &str, code: &str) -> Option<String> {
     let prog = format!(

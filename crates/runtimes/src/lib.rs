@@ -1,6 +1,9 @@
 //! Container metadata from the runtimes, through their APIs on their local sockets: Docker
 //! Engine's `GET /containers/{id}/json`, which Podman serves too. Names, images, and the pod a
-//! kubelet made the container for (its `io.kubernetes.pod.*` labels).
+//! kubelet made the container for (its `io.kubernetes.pod.*` labels). For the CRI runtimes
+//! (containerd, CRI-O), whose APIs are gRPC, the same identity is read from the OCI bundle the
+//! runtime writes for each container ([`Bundles`]): the CRI sets the pod's name, namespace and
+//! uid, the container's name and its image as annotations of the OCI spec.
 //!
 //! Never on the sampling path: a [`Resolver`] thread asks, and fills the container's
 //! [`ContainerMeta::runtime`] once answered (every holder of the container's `Arc` sees it).
@@ -126,11 +129,79 @@ pub fn parse_inspect(body: &[u8]) -> Result<RuntimeMeta, String> {
     })
 }
 
+/// Longest OCI spec read: a few KiB, tens with many mounts and annotations.
+const MAX_SPEC: u64 = 4 << 20;
+
+/// The OCI bundles a CRI runtime writes, one `config.json` per container: path templates
+/// where `{id}` is the container id (the cgroup's last component).
+#[derive(Debug, Clone)]
+pub struct Bundles {
+    pub templates: Vec<String>,
+}
+
+impl Bundles {
+    /// containerd's (Kubernetes' `k8s.io` namespace; k3s's state directory too) and CRI-O's.
+    pub fn cri() -> Bundles {
+        Bundles {
+            templates: vec![
+                "/run/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json".into(),
+                "/run/k3s/containerd/io.containerd.runtime.v2.task/k8s.io/{id}/config.json".into(),
+                "/run/containers/storage/overlay-containers/{id}/userdata/config.json".into(),
+            ],
+        }
+    }
+
+    /// The container's identity from its bundle's annotations; None where no bundle holds it.
+    pub fn inspect(&self, id: &str) -> Result<Option<RuntimeMeta>, String> {
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) || id.starts_with('.')
+        {
+            return Err(format!("{id:?} is not a container id"));
+        }
+        for t in &self.templates {
+            let path = PathBuf::from(t.replace("{id}", id));
+            // A regular file only (never a FIFO that would block), and bounded.
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => {}
+                _ => continue,
+            }
+            let mut body = Vec::new();
+            std::fs::File::open(&path)
+                .and_then(|f| f.take(MAX_SPEC).read_to_end(&mut body))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            return parse_oci_spec(&body).map(Some).map_err(|why| format!("{}: {why}", path.display()));
+        }
+        Ok(None)
+    }
+}
+
+/// The identity the CRI leaves in an OCI spec's annotations: containerd's CRI plugin
+/// (`io.kubernetes.cri.*`) or CRI-O (`io.kubernetes.pod.*`, `io.kubernetes.container.name`).
+pub fn parse_oci_spec(body: &[u8]) -> Result<RuntimeMeta, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let ann = v.get("annotations");
+    let get = |keys: &[&str]| {
+        keys.iter().find_map(|k| ann.and_then(|a| a.get(k)).and_then(Value::as_str).filter(|s| !s.is_empty()))
+    };
+    let container = get(&["io.kubernetes.cri.container-name", "io.kubernetes.container.name"]).map(String::from);
+    // A pod's sandbox (pause) container has no container name of its own.
+    let sandbox = get(&["io.kubernetes.cri.container-type"]) == Some("sandbox")
+        || get(&["io.kubernetes.cri-o.ContainerType"]) == Some("sandbox");
+    Ok(RuntimeMeta {
+        name: if sandbox { Some("POD".into()) } else { container.clone() },
+        image: get(&["io.kubernetes.cri.image-name", "io.kubernetes.cri-o.ImageName"]).map(String::from),
+        pod_name: get(&["io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"]).map(String::from),
+        pod_namespace: get(&["io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace"]).map(String::from),
+        pod_container: if sandbox { None } else { container },
+    })
+}
+
 /// Which API a container's runtime answers on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Which {
     Docker,
     Podman,
+    /// containerd or CRI-O, through the OCI bundles they write.
+    Cri,
 }
 
 struct Ask {
@@ -148,12 +219,14 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn start(docker: EngineApi, podman: EngineApi) -> Resolver {
+    pub fn start(docker: EngineApi, podman: EngineApi, cri: Bundles) -> Resolver {
         let (tx, rx) = channel();
         let said = Arc::new(Mutex::new(Vec::new()));
         let s2 = said.clone();
-        let handle =
-            std::thread::Builder::new().name("runtime-meta".into()).spawn(move || serve(rx, docker, podman, s2)).ok();
+        let handle = std::thread::Builder::new()
+            .name("runtime-meta".into())
+            .spawn(move || serve(rx, docker, podman, cri, s2))
+            .ok();
         Resolver { tx: Some(tx), handle, said, told: 0 }
     }
 
@@ -182,12 +255,42 @@ impl Drop for Resolver {
     }
 }
 
-fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, said: Arc<Mutex<Vec<String>>>) {
+fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, said: Arc<Mutex<Vec<String>>>) {
     let mut told: Vec<Which> = Vec::new();
+    let mut say = |which: Which, line: String| {
+        if !told.contains(&which) {
+            told.push(which);
+            said.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    };
     while let Ok(a) = rx.recv() {
         let api = match a.which {
             Which::Docker => &docker,
             Which::Podman => &podman,
+            Which::Cri => {
+                // The bundle is written before the container's cgroup exists; one retry all
+                // the same (CRI-O's may lag on a loaded node).
+                let mut r = cri.inspect(&a.id);
+                if matches!(r, Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    r = cri.inspect(&a.id);
+                }
+                match r {
+                    Ok(Some(m)) => {
+                        let _ = a.meta.runtime.set(m);
+                    }
+                    Ok(None) => say(
+                        Which::Cri,
+                        format!(
+                            "containerd/CRI-O container {} by id only: no OCI bundle for it at {}",
+                            a.id,
+                            cri.templates.join(", ")
+                        ),
+                    ),
+                    Err(e) => say(Which::Cri, format!("containerd/CRI-O container {} by id only: {e}", a.id)),
+                }
+                continue;
+            }
         };
         // A container may be asked about the moment its cgroup appears, before the runtime
         // lists it: one retry.
@@ -202,15 +305,13 @@ fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, said: Arc<Mute
             }
             // Said once per runtime: unreachable (not installed, API off, no permission),
             // or answering what we cannot use.
-            Err(e) if !told.contains(&a.which) => {
-                told.push(a.which);
+            Err(e) => {
                 let line = match e {
                     ApiError::Io { .. } => format!("{} containers by id only: its API: {e}", api.runtime),
                     _ => format!("{} container {} by id only: {e}", api.runtime, a.id),
                 };
-                said.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                say(a.which, line);
             }
-            Err(_) => {}
         }
     }
 }

@@ -56,7 +56,7 @@ fn over_a_socket_plain_and_chunked() {
 fn unreachable_runtime_is_said_once_and_ids_stay() {
     let dir = tempfile::tempdir().unwrap();
     let gone = EngineApi { runtime: "Docker", socket: dir.path().join("none.sock") };
-    let mut r = Resolver::start(gone.clone(), EngineApi { runtime: "Podman", ..gone });
+    let mut r = Resolver::start(gone.clone(), EngineApi { runtime: "Podman", ..gone }, Bundles { templates: vec![] });
     let metas: Vec<Arc<ContainerMeta>> = (0..3).map(|i| ContainerMeta::named(&format!("c{i}"))).collect();
     for m in &metas {
         r.ask(Which::Docker, &m.id, m.clone());
@@ -74,4 +74,50 @@ fn unreachable_runtime_is_said_once_and_ids_stay() {
     assert_eq!(news.len(), 1, "{news:?}");
     assert!(news[0].starts_with("Docker containers by id only: its API: ") && news[0].contains("none.sock"));
     assert!(metas.iter().all(|m| m.runtime.get().is_none()));
+}
+
+/// containerd's CRI plugin's annotations (1.6, trimmed), CRI-O's (1.28, trimmed).
+const CONTAINERD_SPEC: &str = r#"{"ociVersion":"1.0.2-dev","annotations":{"io.kubernetes.cri.container-name":"app","io.kubernetes.cri.container-type":"container","io.kubernetes.cri.image-name":"registry.k8s.io/shop/web:2","io.kubernetes.cri.sandbox-id":"5f1e","io.kubernetes.cri.sandbox-name":"web-0","io.kubernetes.cri.sandbox-namespace":"prod","io.kubernetes.cri.sandbox-uid":"8f0e0c5c-3c2b-4e2a-9d0a-3b1f7a2c9e11"},"linux":{"cgroupsPath":"kubepods-besteffort-pod8f0e0c5c.slice:cri-containerd:abc"}}"#;
+const CRIO_SPEC: &str = r#"{"annotations":{"io.kubernetes.pod.name":"db-1","io.kubernetes.pod.namespace":"data","io.kubernetes.container.name":"postgres","io.kubernetes.cri-o.ImageName":"docker.io/library/postgres:16","io.kubernetes.cri-o.ContainerType":"container"}}"#;
+const SANDBOX_SPEC: &str = r#"{"annotations":{"io.kubernetes.cri.container-type":"sandbox","io.kubernetes.cri.sandbox-name":"web-0","io.kubernetes.cri.sandbox-namespace":"prod"}}"#;
+
+#[test]
+fn cri_identity_from_oci_bundles() {
+    let m = parse_oci_spec(CONTAINERD_SPEC.as_bytes()).unwrap();
+    assert_eq!((m.name.as_deref(), m.pod_container.as_deref()), (Some("app"), Some("app")));
+    assert_eq!((m.pod_name.as_deref(), m.pod_namespace.as_deref()), (Some("web-0"), Some("prod")));
+    assert_eq!(m.image.as_deref(), Some("registry.k8s.io/shop/web:2"));
+    let m = parse_oci_spec(CRIO_SPEC.as_bytes()).unwrap();
+    assert_eq!(
+        (m.name.as_deref(), m.pod_name.as_deref(), m.pod_namespace.as_deref()),
+        (Some("postgres"), Some("db-1"), Some("data"))
+    );
+    assert_eq!(m.image.as_deref(), Some("docker.io/library/postgres:16"));
+    let m = parse_oci_spec(SANDBOX_SPEC.as_bytes()).unwrap();
+    assert_eq!((m.name.as_deref(), m.pod_container), (Some("POD"), None), "the pause container");
+    assert_eq!(parse_oci_spec(b"{}").unwrap(), RuntimeMeta::default());
+    assert!(parse_oci_spec(b"not json").is_err());
+
+    // Found through the templates, in order; absent: None; hostile ids never reach a path.
+    let dir = tempfile::tempdir().unwrap();
+    let id = "c01a7ae6332eb1875d4b7f38ae98fa481f51ec29827865bde8517fd8a9e9cc5f";
+    std::fs::create_dir_all(dir.path().join("crio").join(id)).unwrap();
+    std::fs::write(dir.path().join("crio").join(id).join("config.json"), CRIO_SPEC).unwrap();
+    let b = Bundles {
+        templates: vec![
+            format!("{}/containerd/{{id}}/config.json", dir.path().display()),
+            format!("{}/crio/{{id}}/config.json", dir.path().display()),
+        ],
+    };
+    assert_eq!(b.inspect(id).unwrap().unwrap().pod_name.as_deref(), Some("db-1"));
+    assert_eq!(b.inspect("0123abcd").unwrap(), None);
+    assert!(b.inspect("../../etc").is_err() && b.inspect("..").is_err() && b.inspect("").is_err());
+    // A FIFO where the spec should be is passed over, never opened (it would block).
+    let fifo_id = "f1f0";
+    std::fs::create_dir_all(dir.path().join("containerd").join(fifo_id)).unwrap();
+    let fifo = dir.path().join("containerd").join(fifo_id).join("config.json");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path, alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    assert_eq!(b.inspect(fifo_id).unwrap(), None);
 }
