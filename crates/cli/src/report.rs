@@ -2,8 +2,8 @@
 //! say: the run's facts, noisy-neighbour episodes, per-container summaries, and charts.
 
 use crate::CliError;
-use cachescope_report::{analyze, html};
-use cachescope_sinks::report::{files, load, table};
+use cachescope_report::{analyze_files, html};
+use cachescope_sinks::report::{files, table};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -38,11 +38,10 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     if found.is_empty() {
         return Err(CliError::input("no .parquet files in the paths given"));
     }
-    let (rec, problems) = load(&found).map_err(CliError::input)?;
+    let (report, problems) = analyze_files(&found).map_err(CliError::input)?;
     for p in problems {
         eprintln!("cachescope: {p}");
     }
-    let report = analyze(rec);
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("{}: {e}", dir.display())))?;
         for (name, _, svg) in html::charts(&report) {

@@ -162,12 +162,18 @@ pub fn find(tl: &Timeline, l3: impl Fn(i32) -> Option<f64>) -> Vec<Episode> {
         for agg in &d.lines {
             let mut spans: Vec<(Kind, Span)> = Vec::new();
             let occ = &agg.occupancy;
-            for (s, e) in rises(occ, t.hysteresis()) {
-                if at(occ, e).unwrap_or(0.0) - at(occ, s).unwrap_or(0.0) < t.rise() {
+            // A container that starts rises from nothing, even when it fills the cache within
+            // its first bucket: the bucket before its first value counts as 0.
+            let mut from_zero = occ.clone();
+            for k in 1..from_zero.len() {
+                if from_zero[k].is_some() && from_zero[k - 1].is_none() {
+                    from_zero[k - 1] = Some(0.0);
+                }
+            }
+            for (b, e) in rises(&from_zero, t.hysteresis()) {
+                if at(&from_zero, e).unwrap_or(0.0) - at(&from_zero, b).unwrap_or(0.0) < t.rise() {
                     continue;
                 }
-                // A container that started in bucket s rose from nothing: compare from before.
-                let b = if s > 0 && at(occ, s - 1).is_none() { s - 1 } else { s };
                 spans.push((Kind::Occupancy, Span { b, e, during: (b + 1).min(e)..=e }));
             }
             let bw = &agg.bandwidth;
@@ -251,6 +257,18 @@ mod tests {
         assert_eq!(e.victims.len(), 1);
         assert_eq!(e.victims[0].container_id, "web");
         assert_eq!(e.victims[0].occupancy_lost_bytes, Some(10.5 * MIB));
+    }
+
+    #[test]
+    fn a_filler_that_fills_within_its_first_bucket_is_named_for_occupancy() {
+        let web = line("web", &[12.0, 12.0, 12.0, 4.0, 4.0, 4.0], None);
+        let mut noisy = line("noisy", &[-1.0, -1.0, -1.0, 28.0, 28.0, 28.0], None);
+        noisy.bandwidth = [None, None, None, Some(9e9), Some(9e9), Some(9e9)].to_vec();
+        let e = find(&tl(vec![web, noisy]), |_| Some(32.0 * MIB));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert_eq!((e[0].kind, e[0].start_ns, e[0].end_ns), (Kind::Occupancy, 300_000_000, 400_000_000));
+        assert_eq!(e[0].occupancy_before_bytes, None, "it did not exist before");
+        assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(8.0 * MIB));
     }
 
     #[test]

@@ -7,10 +7,13 @@ pub mod html;
 pub mod svg;
 pub mod timeline;
 
-use cachescope_sinks::report::{summaries, Recording, Summary};
+use cachescope_sinks::report::{finish_all, span, stream, FileInfo, Point, Recording, Summary, SummaryAcc};
+use cachescope_sinks::SinkError;
 use episodes::Episode;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use timeline::Timeline;
 
 /// The JSON layout of `report --json` (docs/cli.md): 1 was a bare array of summaries.
@@ -73,32 +76,106 @@ pub struct Report {
     pub timeline: Option<Timeline>,
 }
 
-fn values(rec: &Recording, key: &str) -> Vec<String> {
-    rec.metadata.get(key).map(|v| v.iter().cloned().collect()).unwrap_or_default()
+fn values(info: &FileInfo, key: &str) -> Vec<String> {
+    info.metadata.get(key).map(|v| v.iter().cloned().collect()).unwrap_or_default()
 }
 
-fn facts(rec: &Recording) -> Facts {
-    let pts = || rec.containers.values().flat_map(|c| c.points.iter()).filter(|p| !p.stopped);
-    let interval_ns = timeline::typical_interval(&rec.containers);
-    let long: Vec<i64> = pts().map(|p| p.interval_ns).filter(|iv| *iv * 2 > interval_ns * 3).collect();
-    let l3: BTreeSet<u64> = values(rec, "cachescope.l3_bytes").iter().filter_map(|v| v.parse().ok()).collect();
+/// What the rows say about the run, gathered as they stream by.
+#[derive(Default)]
+struct RowFacts {
+    rows: u64,
+    start_ns: Option<i64>,
+    end_ns: Option<i64>,
+    long_intervals: u64,
+    longest_interval_ns: Option<i64>,
+}
+
+impl RowFacts {
+    fn row(&mut self, p: &Point, interval_ns: i64) {
+        self.rows += 1;
+        if p.stopped {
+            return;
+        }
+        let s = p.time_ns - p.interval_ns;
+        self.start_ns = Some(self.start_ns.map_or(s, |x| x.min(s)));
+        self.end_ns = Some(self.end_ns.map_or(p.time_ns, |x| x.max(p.time_ns)));
+        if p.interval_ns * 2 > interval_ns * 3 {
+            self.long_intervals += 1;
+            self.longest_interval_ns = Some(self.longest_interval_ns.map_or(p.interval_ns, |l| l.max(p.interval_ns)));
+        }
+    }
+}
+
+fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64) -> Facts {
+    let l3: BTreeSet<u64> = values(info, "cachescope.l3_bytes").iter().filter_map(|v| v.parse().ok()).collect();
     Facts {
-        hosts: rec.hosts.iter().cloned().collect(),
-        backends: values(rec, "cachescope.backend"),
-        cpus: values(rec, "cachescope.cpuid"),
-        emulated: values(rec, "cachescope.emulated"),
-        pmu: values(rec, "cachescope.pmu"),
-        schema_versions: values(rec, "cachescope.schema_version"),
+        hosts: info.hosts.iter().cloned().collect(),
+        backends: values(info, "cachescope.backend"),
+        cpus: values(info, "cachescope.cpuid"),
+        emulated: values(info, "cachescope.emulated"),
+        pmu: values(info, "cachescope.pmu"),
+        schema_versions: values(info, "cachescope.schema_version"),
         // One size where the files agree; none where they do not (mixed machines).
         l3_bytes: (l3.len() == 1).then(|| l3.iter().next().copied()).flatten(),
-        files: rec.files,
-        rows: rec.containers.values().map(|c| c.points.len() as u64).sum(),
-        containers: rec.containers.len(),
-        start_ns: pts().map(|p| p.time_ns - p.interval_ns).min(),
-        end_ns: pts().map(|p| p.time_ns).max(),
+        files: info.files,
+        rows: r.rows,
+        containers,
+        start_ns: r.start_ns,
+        end_ns: r.end_ns,
         interval_ns,
-        long_intervals: long.len() as u64,
-        longest_interval_ns: long.iter().max().copied(),
+        long_intervals: r.long_intervals,
+        longest_interval_ns: r.longest_interval_ns,
+    }
+}
+
+/// Everything the report needs, fed one row at a time.
+struct Analysis {
+    interval_ns: i64,
+    summaries: BTreeMap<String, SummaryAcc>,
+    timeline: Option<timeline::Builder>,
+    facts: RowFacts,
+}
+
+impl Analysis {
+    fn new(span: Option<(i64, i64, i64)>) -> Analysis {
+        let interval_ns = span.map_or(1_000_000, |s| s.2);
+        Analysis {
+            interval_ns,
+            summaries: BTreeMap::new(),
+            timeline: span.map(|(a, b, iv)| timeline::Builder::new(a, b, iv, MAX_BUCKETS)),
+            facts: RowFacts::default(),
+        }
+    }
+
+    fn row(&mut self, id: &str, name: Option<&str>, p: &Point) {
+        match self.summaries.get_mut(id) {
+            Some(a) => a.row(name, p),
+            None => {
+                let mut a = SummaryAcc::default();
+                a.row(name, p);
+                self.summaries.insert(id.to_string(), a);
+            }
+        }
+        if let Some(t) = self.timeline.as_mut() {
+            t.row(id, name, p);
+        }
+        self.facts.row(p, self.interval_ns);
+    }
+
+    fn finish(self, info: &FileInfo, problems: &mut Vec<String>) -> Report {
+        let run = facts(info, self.facts, self.summaries.len(), self.interval_ns);
+        let tl = self.timeline.map(timeline::Builder::finish);
+        let l3 = run.l3_bytes;
+        let episodes = tl.as_ref().map(|t| episodes::find(t, |_| l3.map(|b| b as f64))).unwrap_or_default();
+        let domains = tl.as_ref().map(|t| domain_summaries(t, l3)).unwrap_or_default();
+        Report {
+            report_version: JSON_VERSION,
+            run,
+            containers: finish_all(self.summaries, problems),
+            domains,
+            episodes,
+            timeline: tl,
+        }
     }
 }
 
@@ -131,12 +208,30 @@ fn domain_summaries(tl: &Timeline, l3: Option<u64>) -> Vec<DomainSummary> {
         .collect()
 }
 
-/// Everything `report` says about `rec`.
+/// Everything `report` says about `files`, read twice (the time columns, then every row):
+/// memory grows with containers, domains and the chart grid, not with rows. Also what was
+/// passed over (files that cannot be read, impossible rows, rows out of time order).
+pub fn analyze_files(files: &[PathBuf]) -> Result<(Report, Vec<String>), SinkError> {
+    let mut a = Analysis::new(span(files));
+    let (info, mut problems) = stream(files, &mut |id, name, p| a.row(id, name, p))?;
+    let report = a.finish(&info, &mut problems);
+    Ok((report, problems))
+}
+
+/// The same for rows held in memory (tests, small sets).
 pub fn analyze(rec: Recording) -> Report {
-    let run = facts(&rec);
-    let tl = timeline::build(&rec.containers, MAX_BUCKETS);
-    let l3 = run.l3_bytes;
-    let episodes = tl.as_ref().map(|t| episodes::find(t, |_| l3.map(|b| b as f64))).unwrap_or_default();
-    let domains = tl.as_ref().map(|t| domain_summaries(t, l3)).unwrap_or_default();
-    Report { report_version: JSON_VERSION, run, containers: summaries(rec.containers), domains, episodes, timeline: tl }
+    let all = || rec.containers.values().flat_map(|c| c.points.iter());
+    let first = all().map(|p| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns }).min();
+    let last = all().map(|p| p.time_ns).max();
+    let span = first.zip(last).map(|(a, b)| (a, b, timeline::typical_interval(&rec.containers)));
+    let mut a = Analysis::new(span);
+    for (id, c) in &rec.containers {
+        let mut pts: Vec<&Point> = c.points.iter().collect();
+        pts.sort_by_key(|p| (p.time_ns, p.stopped));
+        for p in pts {
+            a.row(id, c.name.as_deref(), p);
+        }
+    }
+    let info = FileInfo { metadata: rec.metadata.clone(), hosts: rec.hosts.clone(), files: rec.files };
+    a.finish(&info, &mut Vec::new())
 }

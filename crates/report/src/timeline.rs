@@ -99,100 +99,163 @@ fn spread(acc: &mut [f64], touched: &mut [bool], start_ns: i64, w: i64, s: i64, 
     }
 }
 
-/// One series (container × domain), its points sorted by time.
-fn line(id: &str, name: &str, pts: &[&Point], start_ns: i64, w: i64, n: usize) -> Line {
-    let mut occupancy = vec![None; n];
-    let mut no_rmid = vec![0.0; n];
-    let mut sums = [vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]]; // mbm, cycles, instr, misses
-    let mut touched = [vec![false; n], vec![false; n], vec![false; n], vec![false; n]];
-    let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
-    let begin = |p: &Point| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns };
-    // Occupancy at a bucket's end: the last row at or before it (a stopped row ends it).
-    let mut i = 0;
-    let mut cur = None;
-    for (k, slot) in occupancy.iter_mut().enumerate() {
-        while i < pts.len() && pts[i].time_ns <= end_of(k) {
-            cur = if pts[i].stopped { None } else { pts[i].occupancy.map(|o| o as f64) };
-            i += 1;
-        }
-        *slot = cur;
-    }
-    for (i, p) in pts.iter().enumerate() {
-        // A row's status holds from its interval's start to the next row's.
-        if p.no_rmid {
-            let until = pts.get(i + 1).map_or(p.time_ns, |q| begin(q)).max(p.time_ns);
-            let mut acc = vec![0.0; n];
-            spread(&mut acc, &mut vec![false; n], start_ns, w, begin(p), until, (until - begin(p)) as f64);
-            for (b, v) in no_rmid.iter_mut().zip(acc) {
-                *b += v / w as f64;
-            }
-        }
-        if p.stopped {
-            continue;
-        }
-        let s = p.time_ns - p.interval_ns;
-        for (slot, v) in [p.mbm_total, p.cycles, p.instructions, p.misses].into_iter().enumerate() {
-            if let Some(v) = v {
-                spread(&mut sums[slot], &mut touched[slot], start_ns, w, s, p.time_ns, v as f64);
-            }
-        }
-    }
-    // Sparse rows: an interval without a row moved nothing. Within the series' life a bucket
-    // of a counter the series has is 0, not unknown.
-    let life = pts.first().map(|p| p.time_ns - p.interval_ns).zip(pts.last().map(|p| p.time_ns));
-    let in_life = |k: usize| life.is_some_and(|(a, b)| end_of(k) > a && end_of(k) - w < b);
-    let value = |slot: usize, k: usize| -> Option<f64> {
-        let has = touched[slot].iter().any(|t| *t);
-        (has && (touched[slot][k] || in_life(k))).then_some(sums[slot][k])
-    };
-    // A rate over the part of the bucket the series lived in: a container that starts or
-    // stops mid-bucket (or a recording that ends there) shows no false dip.
-    let secs = |k: usize| {
-        let (b0, b1) = (end_of(k) - w, end_of(k));
-        let lived = life.map_or(w, |(a, b)| (b1.min(b) - b0.max(a)).max(0));
-        lived as f64 / 1e9
-    };
-    let bandwidth = (0..n).map(|k| value(0, k).filter(|_| secs(k) > 0.0).map(|b| b / secs(k))).collect();
-    let ipc = (0..n)
-        .map(|k| match (value(2, k), value(1, k)) {
-            (Some(i), Some(c)) if c > 0.0 => Some(i / c),
-            _ => None,
-        })
-        .collect();
-    let mpki = (0..n)
-        .map(|k| match (value(3, k), value(2, k)) {
-            (Some(m), Some(i)) if i > 0.0 => Some(m * 1000.0 / i),
-            _ => None,
-        })
-        .collect();
-    for v in no_rmid.iter_mut() {
-        *v = v.clamp(0.0, 1.0);
-    }
-    Line { id: id.to_string(), name: name.to_string(), occupancy, bandwidth, ipc, mpki, no_rmid }
+/// One series (container × domain) being built, row by row in time order.
+struct LineAcc {
+    name: String,
+    occupancy: Vec<Option<f64>>,
+    /// The first bucket whose occupancy is not set yet, and the value it will carry.
+    next_k: usize,
+    cur: Option<f64>,
+    no_rmid: Vec<f64>,
+    /// A no-RMID row whose span ends where the next row's interval begins.
+    pending_no_rmid: Option<(i64, i64)>,
+    /// MBM total, cycles, instructions, LLC misses: spread sums and whether measured.
+    sums: [Vec<f64>; 4],
+    touched: [Vec<bool>; 4],
+    /// The series' life: the start of its first interval, the end of its last.
+    life: Option<(i64, i64)>,
 }
 
-/// The grid over everything recorded; `max_buckets` bounds its size.
-pub fn build(containers: &BTreeMap<String, Recorded>, max_buckets: usize) -> Option<Timeline> {
-    let all = || containers.values().flat_map(|c| c.points.iter());
-    let first = all().map(|p| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns }).min()?;
-    let last = all().map(|p| p.time_ns).max()?;
-    let w = step_for(last - first, typical_interval(containers), max_buckets);
-    let start_ns = first.div_euclid(w) * w;
-    let n = ((last - start_ns + w - 1) / w).max(1) as usize;
-    let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
-    for (id, c) in containers {
-        let name = c.name.clone().unwrap_or_else(|| id.clone());
-        let mut per: BTreeMap<i32, Vec<&Point>> = BTreeMap::new();
-        for p in &c.points {
-            per.entry(p.domain).or_default().push(p);
+fn begin(p: &Point) -> i64 {
+    if p.stopped {
+        p.time_ns
+    } else {
+        p.time_ns - p.interval_ns
+    }
+}
+
+/// Builds a [`Timeline`] from rows streamed in time order, in memory that grows with the
+/// series and the grid, not with the rows.
+pub struct Builder {
+    start_ns: i64,
+    w: i64,
+    n: usize,
+    lines: BTreeMap<(i32, String), LineAcc>,
+}
+
+impl Builder {
+    /// A grid over [first, last] of at most `max_buckets`, no finer than `interval_ns`.
+    pub fn new(first: i64, last: i64, interval_ns: i64, max_buckets: usize) -> Builder {
+        let w = step_for(last - first, interval_ns, max_buckets);
+        let start_ns = first.div_euclid(w) * w;
+        let n = ((last - start_ns + w - 1) / w).max(1) as usize;
+        Builder { start_ns, w, n, lines: BTreeMap::new() }
+    }
+
+    pub fn row(&mut self, id: &str, name: Option<&str>, p: &Point) {
+        let (n, w, start_ns) = (self.n, self.w, self.start_ns);
+        let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
+        let key = (p.domain, id.to_string());
+        let acc = self.lines.entry(key).or_insert_with(|| LineAcc {
+            name: name.map_or_else(|| id.to_string(), String::from),
+            occupancy: vec![None; n],
+            next_k: 0,
+            cur: None,
+            no_rmid: vec![0.0; n],
+            pending_no_rmid: None,
+            sums: [vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]],
+            touched: [vec![false; n], vec![false; n], vec![false; n], vec![false; n]],
+            life: None,
+        });
+        // Occupancy at a bucket's end: the last row at or before it (a stopped row ends it).
+        while acc.next_k < n && end_of(acc.next_k) < p.time_ns {
+            acc.occupancy[acc.next_k] = acc.cur;
+            acc.next_k += 1;
         }
-        for (d, mut pts) in per {
-            pts.sort_by_key(|p| (p.time_ns, p.stopped));
-            by_domain.entry(d).or_default().push(line(id, &name, &pts, start_ns, w, n));
+        acc.cur = if p.stopped { None } else { p.occupancy.map(|o| o as f64) };
+        // A row's status holds from its interval's start to the next row's.
+        if let Some((b, t)) = acc.pending_no_rmid.take() {
+            let until = begin(p).max(t);
+            spread_share(&mut acc.no_rmid, start_ns, w, b, until);
+        }
+        if p.no_rmid {
+            acc.pending_no_rmid = Some((begin(p), p.time_ns));
+        }
+        let (a, b) = (begin(p), p.time_ns);
+        acc.life = Some(acc.life.map_or((a, b), |(x, y)| (x.min(a), y.max(b))));
+        if p.stopped {
+            return;
+        }
+        for (slot, v) in [p.mbm_total, p.cycles, p.instructions, p.misses].into_iter().enumerate() {
+            if let Some(v) = v {
+                spread(&mut acc.sums[slot], &mut acc.touched[slot], start_ns, w, begin(p), p.time_ns, v as f64);
+            }
         }
     }
-    let domains = by_domain.into_iter().map(|(domain, lines)| Domain { domain, lines }).collect();
-    Some(Timeline { start_ns, bucket_ns: w, buckets: n, domains })
+
+    pub fn finish(self) -> Timeline {
+        let (n, w) = (self.n, self.w);
+        let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
+        for ((domain, id), mut acc) in self.lines {
+            for k in acc.next_k..n {
+                acc.occupancy[k] = acc.cur;
+            }
+            if let Some((b, t)) = acc.pending_no_rmid.take() {
+                spread_share(&mut acc.no_rmid, self.start_ns, w, b, t);
+            }
+            let start_ns = self.start_ns;
+            let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
+            let life = acc.life;
+            // Sparse rows: an interval without a row moved nothing. Within the series' life a
+            // bucket of a counter the series has is 0, not unknown.
+            let in_life = |k: usize| life.is_some_and(|(a, b)| end_of(k) > a && end_of(k) - w < b);
+            let value = |slot: usize, k: usize| -> Option<f64> {
+                let has = acc.touched[slot].iter().any(|t| *t);
+                (has && (acc.touched[slot][k] || in_life(k))).then_some(acc.sums[slot][k])
+            };
+            // A rate over the part of the bucket the series lived in: a container that starts
+            // or stops mid-bucket (or a recording that ends there) shows no false dip.
+            let secs = |k: usize| {
+                let (b0, b1) = (end_of(k) - w, end_of(k));
+                let lived = life.map_or(w, |(a, b)| (b1.min(b) - b0.max(a)).max(0));
+                lived as f64 / 1e9
+            };
+            let bandwidth = (0..n).map(|k| value(0, k).filter(|_| secs(k) > 0.0).map(|b| b / secs(k))).collect();
+            let ipc = (0..n)
+                .map(|k| match (value(2, k), value(1, k)) {
+                    (Some(i), Some(c)) if c > 0.0 => Some(i / c),
+                    _ => None,
+                })
+                .collect();
+            let mpki = (0..n)
+                .map(|k| match (value(3, k), value(2, k)) {
+                    (Some(m), Some(i)) if i > 0.0 => Some(m * 1000.0 / i),
+                    _ => None,
+                })
+                .collect();
+            let no_rmid = acc.no_rmid.iter().map(|v| v.clamp(0.0, 1.0)).collect();
+            let line = Line { id, name: acc.name, occupancy: acc.occupancy, bandwidth, ipc, mpki, no_rmid };
+            by_domain.entry(domain).or_default().push(line);
+        }
+        let domains = by_domain.into_iter().map(|(domain, lines)| Domain { domain, lines }).collect();
+        Timeline { start_ns: self.start_ns, bucket_ns: w, buckets: n, domains }
+    }
+}
+
+/// Add the share of each bucket that [s, e) covers.
+fn spread_share(acc: &mut [f64], start_ns: i64, w: i64, s: i64, e: i64) {
+    let n = acc.len();
+    let mut tmp = vec![0.0; n];
+    spread(&mut tmp, &mut vec![false; n], start_ns, w, s, e, (e - s) as f64);
+    for (b, v) in acc.iter_mut().zip(tmp) {
+        *b += v / w as f64;
+    }
+}
+
+/// The grid over rows held in memory (for tests and small sets); `max_buckets` bounds its size.
+pub fn build(containers: &BTreeMap<String, Recorded>, max_buckets: usize) -> Option<Timeline> {
+    let all = || containers.values().flat_map(|c| c.points.iter());
+    let first = all().map(begin).min()?;
+    let last = all().map(|p| p.time_ns).max()?;
+    let mut b = Builder::new(first, last, typical_interval(containers), max_buckets);
+    for (id, c) in containers {
+        let mut pts: Vec<&Point> = c.points.iter().collect();
+        pts.sort_by_key(|p| (p.time_ns, p.stopped));
+        for p in pts {
+            b.row(id, c.name.as_deref(), p);
+        }
+    }
+    Some(b.finish())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use arrow_array::{Array, RecordBatch};
 use cachescope_engine::row::{ipc, mpki};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -77,8 +77,8 @@ pub struct Recorded {
 pub struct Recording {
     pub containers: BTreeMap<String, Recorded>,
     /// Each metadata key with the values the files gave it (one, unless runs were mixed).
-    pub metadata: BTreeMap<String, std::collections::BTreeSet<String>>,
-    pub hosts: std::collections::BTreeSet<String>,
+    pub metadata: BTreeMap<String, BTreeSet<String>>,
+    pub hosts: BTreeSet<String>,
     /// Files read.
     pub files: usize,
 }
@@ -110,12 +110,6 @@ fn col_i64(b: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>, SinkError> {
     let a =
         c.as_primitive_opt::<Int64Type>().ok_or_else(|| SinkError::Parquet(format!("column {name} is not int64")))?;
     Ok((0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i))).collect())
-}
-
-fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, SinkError> {
-    let c = b.column_by_name(name).ok_or_else(|| SinkError::Parquet(format!("no column {name}")))?;
-    let a = c.as_string_opt::<i32>().ok_or_else(|| SinkError::Parquet(format!("column {name} is not a string")))?;
-    Ok((0..a.len()).map(|i| a.is_valid(i).then(|| a.value(i).to_string())).collect())
 }
 
 /// The parquet crate panics on some malformed files (an `unwrap` in its metadata decoder,
@@ -170,23 +164,6 @@ fn metadata_of(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
         .unwrap_or_default())
 }
 
-fn weighted_quantile(v: &mut [(u64, i64)], q: f64) -> Option<u64> {
-    v.sort_unstable();
-    let total: i64 = v.iter().map(|x| x.1).sum();
-    if v.is_empty() {
-        return None;
-    }
-    let target = (q * total as f64).ceil() as i64;
-    let mut acc = 0;
-    for &(x, w) in v.iter() {
-        acc += w;
-        if acc >= target {
-            return Some(x);
-        }
-    }
-    v.last().map(|x| x.0)
-}
-
 /// Whether a row's values could have been measured: a positive interval of at most an hour,
 /// no negative bytes or counts, no bandwidth above 10 TB/s. Anything else is a damaged or
 /// hand-made file, and would print nonsense (a mean of 4.6e12 MB/s, a peak of -0.0).
@@ -206,23 +183,51 @@ fn plausible(p: &Point) -> bool {
         && p.occupancy.is_none_or(|o| o <= 1 << 50)
 }
 
-/// Read one file's rows into `rec`; the number of implausible rows skipped.
-fn read_file(path: &Path, rec: &mut Recording) -> Result<u64, SinkError> {
+/// What the files say of themselves, without their rows.
+#[derive(Debug, Default, Clone)]
+pub struct FileInfo {
+    /// Each metadata key with the values the files gave it (one, unless runs were mixed).
+    pub metadata: BTreeMap<String, BTreeSet<String>>,
+    pub hosts: BTreeSet<String>,
+    /// Files read.
+    pub files: usize,
+}
+
+fn strings<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a arrow_array::StringArray, SinkError> {
+    let c = b.column_by_name(name).ok_or_else(|| SinkError::Parquet(format!("no column {name}")))?;
+    c.as_string_opt::<i32>().ok_or_else(|| SinkError::Parquet(format!("column {name} is not a string")))
+}
+
+fn text(a: &arrow_array::StringArray, i: usize) -> Option<&str> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+/// Stream one file's plausible rows to `f`; the number of implausible rows skipped.
+fn read_file(
+    path: &Path,
+    info: &mut FileInfo,
+    f: &mut dyn FnMut(&str, Option<&str>, &Point),
+) -> Result<u64, SinkError> {
     let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
     let builder = open(path)?;
     let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
     let reader = builder.build().map_err(|e| ctx(&e))?;
-    let mut hosts = std::collections::BTreeSet::new();
-    let by = &mut rec.containers;
     let mut bad = 0;
     for batch in reader {
         let b = batch.map_err(|e| ctx(&e))?;
         let named = |e: SinkError| ctx(&e);
-        let ids = col_str(&b, "container_id").map_err(named)?;
-        let names = col_str(&b, "container_name").map_err(named)?;
-        let status = col_str(&b, "status").map_err(named)?;
-        if let Ok(h) = col_str(&b, "host") {
-            hosts.extend(h.into_iter().flatten());
+        let (ids, names, status) = (
+            strings(&b, "container_id").map_err(named)?,
+            strings(&b, "container_name").map_err(named)?,
+            strings(&b, "status").map_err(named)?,
+        );
+        if let Ok(h) = strings(&b, "host") {
+            // One host per file as we write them: look at the first and the last row only.
+            for i in [0, b.num_rows().saturating_sub(1)].into_iter().filter(|i| *i < b.num_rows()) {
+                if let Some(h) = text(h, i).filter(|h| !info.hosts.contains(*h)) {
+                    info.hosts.insert(h.to_string());
+                }
+            }
         }
         let dom = b
             .column_by_name("domain")
@@ -235,7 +240,8 @@ fn read_file(path: &Path, rec: &mut Recording) -> Result<u64, SinkError> {
         let cyc = col_i64(&b, "cycles").map_err(named)?;
         let (ins, mis) = (col_i64(&b, "instructions").map_err(named)?, col_i64(&b, "llc_misses").map_err(named)?);
         for i in 0..b.num_rows() {
-            let stopped = status[i].as_deref() == Some("stopped");
+            let st = text(status, i);
+            let stopped = st == Some("stopped");
             let p = Point {
                 time_ns: t[i].unwrap_or(0),
                 interval_ns: iv[i].unwrap_or(0),
@@ -246,56 +252,39 @@ fn read_file(path: &Path, rec: &mut Recording) -> Result<u64, SinkError> {
                 cycles: cyc[i],
                 instructions: ins[i],
                 misses: mis[i],
-                no_rmid: status[i].as_deref() == Some("no_rmid"),
+                no_rmid: st == Some("no_rmid"),
                 stopped,
             };
             if !stopped && !plausible(&p) {
                 bad += 1;
                 continue;
             }
-            let acc = by.entry(ids[i].clone().unwrap_or_default()).or_default();
-            if acc.name.is_none() {
-                acc.name = names[i].clone();
-            }
-            acc.points.push(p);
+            f(text(ids, i).unwrap_or_default(), text(names, i), &p);
         }
     }
     // Only a file that could be read contributes what it says of itself.
     for k in kv {
         if let Some(v) = k.value {
-            rec.metadata.entry(k.key).or_default().insert(v);
+            info.metadata.entry(k.key).or_default().insert(v);
         }
     }
-    rec.hosts.extend(hosts);
-    rec.files += 1;
+    info.files += 1;
     Ok(bad)
 }
 
-/// Summaries for every container in `files`, sorted by p99 occupancy (highest first), and
-/// what was passed over: files that cannot be read (each named, with why) and rows whose
-/// values cannot have been measured. An error only when no file could be read.
-pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkError> {
-    let (rec, problems) = load(files)?;
-    Ok((summaries(rec.containers), problems))
-}
-
-/// Per-container summaries of what was loaded, sorted by p99 occupancy (highest first).
-pub fn summaries(containers: BTreeMap<String, Recorded>) -> Vec<Summary> {
-    let mut out: Vec<Summary> = containers.into_iter().map(|(id, acc)| summarize_one(id, acc)).collect();
-    out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
-    out
-}
-
-/// Every row of `files`, and what was passed over: files that cannot be read (each named,
-/// with why) and rows whose values cannot have been measured. An error only when no file
-/// could be read.
-pub fn load(files: &[PathBuf]) -> Result<(Recording, Vec<String>), SinkError> {
-    let mut rec = Recording::default();
+/// Every plausible row of `files` to `f` (id, name, row), in file order, and what was passed
+/// over: files that cannot be read (each named, with why) and rows whose values cannot have
+/// been measured. An error only when no file could be read. Memory does not grow with rows.
+pub fn stream(
+    files: &[PathBuf],
+    f: &mut dyn FnMut(&str, Option<&str>, &Point),
+) -> Result<(FileInfo, Vec<String>), SinkError> {
+    let mut info = FileInfo::default();
     let mut problems = Vec::new();
     let mut first_err = None;
     let mut read = 0;
     for path in files {
-        match guarded(path, || read_file(path, &mut rec)) {
+        match guarded(path, || read_file(path, &mut info, &mut *f)) {
             Ok(bad) => {
                 read += 1;
                 if bad > 0 {
@@ -313,74 +302,250 @@ pub fn load(files: &[PathBuf]) -> Result<(Recording, Vec<String>), SinkError> {
             return Err(e);
         }
     }
-    Ok((rec, problems))
+    Ok((info, problems))
 }
 
-fn summarize_one(id: String, mut acc: Recorded) -> Summary {
-    acc.points.retain(|p| !p.stopped);
-    acc.points.sort_by_key(|p| (p.time_ns, p.domain));
-    let pts = &acc.points;
-    let first = pts.iter().map(|p| p.time_ns - p.interval_ns).min().unwrap_or(0);
-    let last = pts.iter().map(|p| p.time_ns).max().unwrap_or(0);
-    let seconds = (last - first).max(0) as f64 / 1e9;
-    let mut times: Vec<i64> = pts.iter().map(|p| p.time_ns).collect();
-    times.dedup();
-    // Occupancy: the container's total over domains, each domain's value carried forward,
-    // held from one sample time to the next.
-    let mut cur: BTreeMap<i32, Option<i64>> = BTreeMap::new();
-    let mut occ: Vec<(u64, i64)> = Vec::new();
-    let (mut held_total, mut held_no_rmid) = (0i64, 0i64);
-    let mut no_rmid: BTreeMap<i32, bool> = BTreeMap::new();
-    let mut i = 0;
-    for (k, &t) in times.iter().enumerate() {
-        while i < pts.len() && pts[i].time_ns == t {
-            cur.insert(pts[i].domain, pts[i].occupancy);
-            no_rmid.insert(pts[i].domain, pts[i].no_rmid);
-            i += 1;
-        }
-        let until = times.get(k + 1).copied().unwrap_or(t + pts[i - 1].interval_ns.max(1));
-        let w = (until - t).max(1);
-        let known: Vec<i64> = cur.values().flatten().copied().collect();
-        if !known.is_empty() {
-            occ.push((known.iter().sum::<i64>().max(0) as u64, w));
-        }
-        held_total += w * no_rmid.len() as i64;
-        held_no_rmid += w * no_rmid.values().filter(|x| **x).count() as i64;
+/// The time the rows span and their typical interval, from the time columns only: (start of
+/// the first interval, end of the last, median interval of the measured rows).
+pub fn span(files: &[PathBuf]) -> Option<(i64, i64, i64)> {
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    let mut intervals: BTreeMap<i64, u64> = BTreeMap::new();
+    for path in files {
+        let _ = guarded(path, || {
+            let b = open(path)?;
+            let mask = parquet::arrow::ProjectionMask::columns(b.parquet_schema(), ["time_ns", "interval_ns"]);
+            let reader = b.with_projection(mask).build().map_err(|e| SinkError::Parquet(e.to_string()))?;
+            for batch in reader {
+                let b = batch.map_err(|e| SinkError::Parquet(e.to_string()))?;
+                let (t, iv) = (col_i64(&b, "time_ns")?, col_i64(&b, "interval_ns")?);
+                for (t, iv) in t.into_iter().zip(iv) {
+                    let (Some(t), Some(iv)) = (t, iv) else { continue };
+                    if t <= 0 || !(0..=3_600_000_000_000).contains(&iv) {
+                        continue;
+                    }
+                    first = first.min(t - iv);
+                    last = last.max(t);
+                    // Stopped rows (interval 0) end a series; they are not a sampling period.
+                    if iv > 0 {
+                        *intervals.entry(iv).or_default() += 1;
+                    }
+                }
+            }
+            Ok(())
+        });
     }
-    let max = occ.iter().map(|x| x.0).max();
-    let sum = |f: fn(&Point) -> Option<i64>| -> Option<i64> {
-        pts.iter().filter_map(f).fold(None, |a: Option<i64>, x| Some(a.unwrap_or(0).saturating_add(x)))
-    };
-    let per_sec = |v: Option<i64>| v.filter(|_| seconds > 0.0).map(|b| b as f64 / seconds);
-    let mut per_second: BTreeMap<i64, i64> = BTreeMap::new();
-    for p in pts {
+    if first > last {
+        return None;
+    }
+    let n: u64 = intervals.values().sum();
+    let mut acc = 0;
+    let median = intervals.iter().find(|(_, c)| {
+        acc += **c;
+        acc * 2 > n
+    });
+    Some((first, last, median.map_or(1_000_000, |(iv, _)| *iv)))
+}
+
+/// Summaries for every container in `files`, sorted by p99 occupancy (highest first), and
+/// what was passed over (see [`stream`]).
+pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkError> {
+    let mut accs: BTreeMap<String, SummaryAcc> = BTreeMap::new();
+    let (_, mut problems) = stream(files, &mut |id, name, p| match accs.get_mut(id) {
+        Some(a) => a.row(name, p),
+        None => {
+            let mut a = SummaryAcc::default();
+            a.row(name, p);
+            accs.insert(id.to_string(), a);
+        }
+    })?;
+    Ok((finish_all(accs, &mut problems), problems))
+}
+
+/// The summaries of every accumulated container, sorted by p99 occupancy (highest first);
+/// containers whose rows came out of time order are named in `problems`.
+pub fn finish_all(accs: BTreeMap<String, SummaryAcc>, problems: &mut Vec<String>) -> Vec<Summary> {
+    let mut out: Vec<Summary> = accs
+        .into_iter()
+        .map(|(id, a)| {
+            if a.out_of_order > 0 {
+                problems.push(format!(
+                    "{id}: {} rows out of time order (several recorders into one directory?): summarized as they came",
+                    a.out_of_order
+                ));
+            }
+            a.finish(id)
+        })
+        .collect();
+    out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
+    out
+}
+
+/// Per-container summaries of rows held in memory, sorted by p99 occupancy (highest first).
+pub fn summaries(containers: BTreeMap<String, Recorded>) -> Vec<Summary> {
+    let accs = containers
+        .into_iter()
+        .map(|(id, mut c)| {
+            c.points.sort_by_key(|p| (p.time_ns, p.domain));
+            let mut a = SummaryAcc::default();
+            for p in &c.points {
+                a.row(c.name.as_deref(), p);
+            }
+            (id, a)
+        })
+        .collect();
+    finish_all(accs, &mut Vec::new())
+}
+
+/// Every row of `files` held in memory (for small sets and tests; [`stream`] does not hold
+/// them), and what was passed over.
+pub fn load(files: &[PathBuf]) -> Result<(Recording, Vec<String>), SinkError> {
+    let mut containers: BTreeMap<String, Recorded> = BTreeMap::new();
+    let (info, problems) = stream(files, &mut |id, name, p| {
+        let c = containers.entry(id.to_string()).or_default();
+        if c.name.is_none() {
+            c.name = name.map(String::from);
+        }
+        c.points.push(p.clone());
+    })?;
+    Ok((Recording { containers, metadata: info.metadata, hosts: info.hosts, files: info.files }, problems))
+}
+
+/// One container's summary, built row by row in time order: its occupancy over domains
+/// (each domain's value carried forward) held from one sample time to the next, kept as a
+/// weighted histogram (occupancy takes few distinct values: multiples of the upscale unit),
+/// counter sums, and MBM per whole second.
+#[derive(Debug, Default)]
+pub struct SummaryAcc {
+    name: Option<String>,
+    /// The sample time being gathered, and the interval of its last row.
+    t: Option<i64>,
+    t_interval: i64,
+    occ: BTreeMap<i32, Option<i64>>,
+    no_rmid: BTreeMap<i32, bool>,
+    hist: BTreeMap<u64, i64>,
+    held_total: i64,
+    held_no_rmid: i64,
+    first: Option<i64>,
+    last: Option<i64>,
+    samples: u64,
+    /// MBM total, MBM local, cycles, instructions, LLC misses.
+    sums: [Option<i64>; 5],
+    /// MBM total per second: the second being summed, its bytes; the first second's; the
+    /// best complete second after it; how many seconds.
+    sec: Option<(i64, i64)>,
+    first_sec: Option<i64>,
+    middle_max: Option<i64>,
+    seconds: u64,
+    pub out_of_order: u64,
+}
+
+impl SummaryAcc {
+    pub fn row(&mut self, name: Option<&str>, p: &Point) {
+        if self.name.is_none() {
+            self.name = name.map(String::from);
+        }
+        if p.stopped {
+            return;
+        }
+        match self.t {
+            Some(t) if p.time_ns > t => {
+                self.hold(p.time_ns - t);
+                self.t = Some(p.time_ns);
+            }
+            Some(t) if p.time_ns < t => self.out_of_order += 1,
+            Some(_) => {}
+            None => self.t = Some(p.time_ns),
+        }
+        self.t_interval = p.interval_ns;
+        self.occ.insert(p.domain, p.occupancy);
+        self.no_rmid.insert(p.domain, p.no_rmid);
+        let start = p.time_ns - p.interval_ns;
+        self.first = Some(self.first.map_or(start, |f| f.min(start)));
+        self.last = Some(self.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
+        for (slot, v) in self.sums.iter_mut().zip([p.mbm_total, p.mbm_local, p.cycles, p.instructions, p.misses]) {
+            if let Some(v) = v {
+                *slot = Some(slot.unwrap_or(0).saturating_add(v));
+            }
+        }
         if let Some(b) = p.mbm_total {
-            *per_second.entry((p.time_ns - 1).div_euclid(1_000_000_000)).or_default() += b;
+            let s = (p.time_ns - 1).div_euclid(1_000_000_000);
+            match self.sec {
+                Some((cur, ref mut v)) if s <= cur => *v += b,
+                Some((_, v)) => {
+                    // The second that ended is complete: the first, or one after it.
+                    match self.first_sec {
+                        None => self.first_sec = Some(v),
+                        Some(_) => self.middle_max = Some(self.middle_max.map_or(v, |m| m.max(v))),
+                    }
+                    self.sec = Some((s, b));
+                    self.seconds += 1;
+                }
+                None => {
+                    self.sec = Some((s, b));
+                    self.seconds += 1;
+                }
+            }
         }
     }
-    // Whole seconds only: the first and last are usually partial.
-    let whole: Vec<i64> = if per_second.len() > 2 {
-        per_second.values().skip(1).take(per_second.len() - 2).copied().collect()
-    } else {
-        per_second.values().copied().collect()
-    };
-    // Counts are never negative on disk; the columns are int64 only because Parquet has no u64.
-    let counted = |f: fn(&Point) -> Option<i64>| sum(f).map(|x| x.max(0) as u64);
-    let (cycles, instructions, misses) = (counted(|p| p.cycles), counted(|p| p.instructions), counted(|p| p.misses));
-    Summary {
-        container_id: id,
-        container_name: acc.name,
-        seconds,
-        samples: times.len() as u64,
-        occupancy_p50_bytes: weighted_quantile(&mut occ.clone(), 0.5),
-        occupancy_p99_bytes: weighted_quantile(&mut occ, 0.99),
-        occupancy_max_bytes: max,
-        mbm_total_mean_bytes_per_sec: per_sec(sum(|p| p.mbm_total)),
-        mbm_total_peak_bytes_per_sec: whole.iter().max().map(|b| *b as f64),
-        mbm_local_mean_bytes_per_sec: per_sec(sum(|p| p.mbm_local)),
-        ipc: ipc(instructions, cycles),
-        llc_mpki: mpki(misses, instructions),
-        no_rmid_share: if held_total > 0 { held_no_rmid as f64 / held_total as f64 } else { 0.0 },
+
+    /// The state gathered at the current sample time held for `w` ns.
+    fn hold(&mut self, w: i64) {
+        let w = w.max(1);
+        let known: Vec<i64> = self.occ.values().flatten().copied().collect();
+        if !known.is_empty() {
+            *self.hist.entry(known.iter().sum::<i64>().max(0) as u64).or_default() += w;
+        }
+        self.held_total += w * self.no_rmid.len() as i64;
+        self.held_no_rmid += w * self.no_rmid.values().filter(|x| **x).count() as i64;
+        self.samples += 1;
+    }
+
+    fn quantile(&self, q: f64) -> Option<u64> {
+        let total: i64 = self.hist.values().sum();
+        let target = (q * total as f64).ceil() as i64;
+        let mut acc = 0;
+        for (v, w) in &self.hist {
+            acc += w;
+            if acc >= target {
+                return Some(*v);
+            }
+        }
+        self.hist.keys().last().copied()
+    }
+
+    pub fn finish(mut self, id: String) -> Summary {
+        if self.t.is_some() {
+            self.hold(self.t_interval.max(1));
+        }
+        let (first, last) = (self.first.unwrap_or(0), self.last.unwrap_or(0));
+        let seconds = (last - first).max(0) as f64 / 1e9;
+        let per_sec = |v: Option<i64>| v.filter(|_| seconds > 0.0).map(|b| b as f64 / seconds);
+        // Whole seconds only: the first and the last are usually partial.
+        let current = self.sec.map(|s| s.1);
+        let peak = if self.seconds > 2 {
+            self.middle_max
+        } else {
+            [self.first_sec, self.middle_max, current].into_iter().flatten().max()
+        };
+        // Counts are never negative on disk; the columns are int64 only because Parquet has no u64.
+        let counted = |v: Option<i64>| v.map(|x| x.max(0) as u64);
+        let [total, local, cycles, instructions, misses] = self.sums;
+        let (cycles, instructions, misses) = (counted(cycles), counted(instructions), counted(misses));
+        Summary {
+            container_id: id,
+            container_name: self.name.clone(),
+            seconds,
+            samples: self.samples,
+            occupancy_p50_bytes: self.quantile(0.5),
+            occupancy_p99_bytes: self.quantile(0.99),
+            occupancy_max_bytes: self.hist.keys().last().copied(),
+            mbm_total_mean_bytes_per_sec: per_sec(total),
+            mbm_total_peak_bytes_per_sec: peak.map(|b| b as f64),
+            mbm_local_mean_bytes_per_sec: per_sec(local),
+            ipc: ipc(instructions, cycles),
+            llc_mpki: mpki(misses, instructions),
+            no_rmid_share: if self.held_total > 0 { self.held_no_rmid as f64 / self.held_total as f64 } else { 0.0 },
+        }
     }
 }
 
