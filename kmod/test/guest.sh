@@ -35,8 +35,11 @@ sleep 1
 cat /dev/cachescope >/dev/null 2>&1; say second_open=$?
 cd /sys/fs/cgroup/ctr
 mkdir busy idle extra over busy/inner
-# The busy process runs in a cgroup nested in its container's: it shares the RMID.
-sh -c 'echo $$ > /sys/fs/cgroup/ctr/busy/inner/cgroup.procs; while :; do :; done' &
+# The busy process runs in a cgroup nested in its container's: it shares the RMID. It and
+# "extra" run on CPU 0 (emulated domain 0): extra's lines must evict busy's in every domain
+# busy filled for busy's RMID to leave limbo, and a busy loop left to the scheduler may fill
+# both domains while its successor stays in one.
+taskset 0x1 sh -c 'echo $$ > /sys/fs/cgroup/ctr/busy/inner/cgroup.procs; while :; do :; done' &
 B=$!
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/idle/cgroup.procs; exec sleep 100' &
 I=$!
@@ -46,7 +49,7 @@ say busy_usage_usec=$(usage busy)
 rmdir busy/inner busy; say busy_rmdir=$?
 sleep 0.5
 # The third container runs: its lines evict busy's, whose RMID leaves limbo for "over".
-sh -c 'echo $$ > /sys/fs/cgroup/ctr/extra/cgroup.procs; while :; do :; done' &
+taskset 0x1 sh -c 'echo $$ > /sys/fs/cgroup/ctr/extra/cgroup.procs; while :; do :; done' &
 E=$!
 sleep 3
 kill -9 $E; wait $E 2>/dev/null
