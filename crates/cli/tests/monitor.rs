@@ -137,7 +137,16 @@ fn resctrl_backend_on_the_emulated_filesystem() {
     if !emulated_resctrl_possible() {
         return;
     }
-    let out = emulated_resctrl(&["--duration", "3200ms", "--print-every", "1s"]);
+    let s = scenario();
+    let child = bin()
+        .args(["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario", &s])
+        .args(["--duration", "3200ms", "--print-every", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     println!("{text}");
@@ -157,15 +166,12 @@ fn resctrl_backend_on_the_emulated_filesystem() {
     assert!(pmu_cols || tables[0].contains("CPUs used (eBPF cpu-clock, "), "{}", tables[0]);
     // thrash stops at 2 s: its group is gone from later tables.
     assert!(!tables.last().unwrap().contains("thrash"), "{}", tables.last().unwrap());
-    // Nothing left behind: no sandbox cgroup, no mount.
-    let pid_dirs = std::fs::read_dir("/sys/fs/cgroup/unified")
-        .map(|d| {
-            d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("cachescope-emu-")).count()
-        })
-        .unwrap_or(0);
-    assert_eq!(pid_dirs, 0);
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("cachescope-emu"), "FUSE mount left behind");
+    // Nothing left behind: no sandbox cgroup, no mount. Only this run's: the tests beside it
+    // make and clean sandboxes of their own.
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cg = Path::new(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap());
+    assert!(!cg.join(format!("cachescope-emu-{pid}")).exists(), "sandbox cgroup left behind");
+    assert!(!mi.contains(&format!("cachescope-resctrl-{pid}-")), "FUSE mount left behind");
 }
 
 #[test]

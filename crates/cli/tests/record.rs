@@ -368,7 +368,8 @@ fn real_cgroups_recorded_with_pmu_columns() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let sandbox = cg_root.join(format!("cachescope-emu-{}", child.id()));
+    let pid = child.id();
+    let sandbox = cg_root.join(format!("cachescope-emu-{pid}"));
     let procs = sandbox.join("solo/cgroup.procs");
     let deadline = Instant::now() + Duration::from_secs(2);
     while !procs.exists() && Instant::now() < deadline {
@@ -420,7 +421,8 @@ fn real_cgroups_recorded_with_pmu_columns() {
     }
     // Nothing left behind.
     assert!(!sandbox.exists(), "sandbox cgroup left behind");
-    assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains("cachescope-resctrl"));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&format!("cachescope-resctrl-{pid}-")), "FUSE mount left behind");
 }
 
 /// `--emulate MODEL` without a scenario, for real: two real cgroups on this host, one with a
