@@ -12,6 +12,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # iptables, no bridge; containers use --network none). Left running for later runs.
 if [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
   mkdir -p target
+  # dockerd uses a containerd whose socket exists; one left by a killed containerd (nothing
+  # listening) makes it give up instead of starting its own.
+  sock=/run/containerd/containerd.sock
+  if [ -S "$sock" ] && command -v ctr >/dev/null && ! timeout 5 ctr --address "$sock" version >/dev/null 2>&1; then
+    echo "test: removing $sock: no containerd listens on it"
+    rm -f "$sock" "$sock.ttrpc"
+  fi
   nohup dockerd --iptables=false --bridge=none >target/dockerd.log 2>&1 &
   for _ in $(seq 100); do docker info >/dev/null 2>&1 && break; sleep 0.2; done
   docker info >/dev/null 2>&1 || echo "test: dockerd did not start (target/dockerd.log); Docker tests skip"

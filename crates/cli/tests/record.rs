@@ -986,8 +986,18 @@ fn containerd_kubernetes_identity_from_the_bundle() {
         }
     }
     if let Some(mut d) = daemon {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while d.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = d.kill();
         let _ = d.wait();
+        // A socket left behind would make the next dockerd dial it instead of starting its own.
+        for f in ["containerd.sock", "containerd.sock.ttrpc"] {
+            let _ = std::fs::remove_file(sock.with_file_name(f));
+        }
     }
     assert!(run.status.success(), "ctr run: {}", String::from_utf8_lossy(&run.stderr));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -16,6 +16,7 @@ pub use session::{ContainerGroups, SessionStats};
 pub use value::Value;
 
 use cachescope_hw::msr::Event;
+use cachescope_platform::clock::monotonic;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -468,6 +469,9 @@ pub struct Read {
     pub domain: u32,
     pub event: Event,
     pub value: Value,
+    /// CLOCK_MONOTONIC halfway through the read: when the kernel read the counter, give or
+    /// take half the syscall (milliseconds on a loaded host, or over FUSE).
+    pub at: std::time::Duration,
 }
 
 /// Why a read produced no value.
@@ -487,7 +491,10 @@ impl GroupReader {
     pub fn read_all(&mut self, out: &mut Vec<Read>) -> Result<(), ReadError> {
         out.clear();
         for s in &self.slots {
-            let n = match s.file.read_at(&mut self.buf, 0) {
+            let before = monotonic();
+            let read = s.file.read_at(&mut self.buf, 0);
+            let at = before + monotonic().saturating_sub(before) / 2;
+            let n = match read {
                 Ok(n) => n,
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV)) => {
                     return Err(ReadError::Gone)
@@ -496,7 +503,7 @@ impl GroupReader {
             };
             let text = &self.buf[..n];
             let value = Value::parse(text).ok_or_else(|| ReadError::Parse(String::from_utf8_lossy(text).into()))?;
-            out.push(Read { domain: s.domain, event: s.event, value });
+            out.push(Read { domain: s.domain, event: s.event, value, at });
         }
         Ok(())
     }

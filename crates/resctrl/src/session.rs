@@ -50,6 +50,8 @@ pub struct ContainerGroups {
     leftovers: Option<BTreeMap<String, GroupRef>>,
     stats: SessionStats,
     scratch: Vec<Read>,
+    /// CLOCK_MONOTONIC at the run's t = 0, once the engine has said (see `collect`).
+    origin: Option<Duration>,
 }
 
 /// The CTRL_MON group the runtime put a container in ("" = the default group): its first
@@ -81,6 +83,7 @@ impl ContainerGroups {
             leftovers: Some(leftovers),
             stats: SessionStats::default(),
             scratch: Vec::new(),
+            origin: None,
         })
     }
 
@@ -204,6 +207,10 @@ impl CacheBackend for ContainerGroups {
         &self.info
     }
 
+    fn origin(&mut self, monotonic: Duration) {
+        self.origin = Some(monotonic);
+    }
+
     fn attach(&mut self, c: &Container, src: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
         if self.groups.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
@@ -222,8 +229,12 @@ impl CacheBackend for ContainerGroups {
 
     /// Every group's counters: one sample per container and domain; a group that cannot be
     /// read (someone removed it) gives `error` samples and is re-created at the next upkeep.
+    /// Each sample carries the time its MBM total was read (else its first value): the kernel
+    /// reads a counter when asked, and on a loaded host the reads of many groups (or a late
+    /// wake-up) take milliseconds that `now` alone would move into the next interval.
     fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
         let mut vanished = Vec::new();
+        let origin = self.origin;
         for (id, m) in self.groups.iter_mut().filter(|(id, _)| want(id)) {
             let read = match &mut m.reader {
                 Some(r) => r.read_all(&mut self.scratch),
@@ -239,7 +250,12 @@ impl CacheBackend for ContainerGroups {
             }
             for &d in &self.info.domains {
                 let mut s = RawSample::new(m.meta.clone(), d, now);
-                for r in self.scratch.iter().filter(|r| r.domain == d) {
+                let reads = self.scratch.iter().filter(|r| r.domain == d);
+                let when = reads.clone().find(|r| r.event == Event::MbmTotal).or_else(|| reads.clone().next());
+                if let (Some(r), Some(o)) = (when, origin) {
+                    s.at = now.max(r.at.saturating_sub(o));
+                }
+                for r in reads {
                     let st = r.value.status();
                     if rank(st) > rank(s.status) {
                         s.status = st;

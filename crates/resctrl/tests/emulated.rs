@@ -174,6 +174,35 @@ fn container_lifecycle_end_to_end() {
     assert_eq!(s.s.stats().removed, 1);
 }
 
+/// A sample carries the time its counters were read, not the time the read was asked for: on
+/// a loaded host the reads of many groups take milliseconds, and bandwidth over an interval
+/// needs the interval the bytes were counted in.
+#[test]
+fn samples_carry_the_time_of_their_read() {
+    let Some(m) = mount(Options::default()) else { return };
+    let mut s = Run::new(Resctrl::at(m.root()));
+    let src = Fake::with(&[("thrash", vec![100]), ("idle", vec![101])]);
+    assert!(s.start("thrash", &src, Duration::ZERO) && s.start("idle", &src, Duration::ZERO));
+    let read = |s: &mut Run, now: Duration| {
+        let mut raw = Vec::new();
+        s.s.collect(now, &|_| true, &mut raw).unwrap();
+        raw.iter().map(|r| r.at).collect::<Vec<_>>()
+    };
+    // Before the engine says when the run began: the time asked for.
+    assert!(read(&mut s, Duration::from_secs(3)).iter().all(|&at| at == Duration::from_secs(3)));
+    // The run began 10 s ago and the engine asks at its 3 s: the reads happen now, at 10 s.
+    let began = std::time::Instant::now();
+    s.s.origin(cachescope_platform::clock::monotonic() - Duration::from_secs(10));
+    let ats = read(&mut s, Duration::from_secs(3));
+    let spent = began.elapsed();
+    assert_eq!(ats.len(), 4, "two containers, two domains");
+    for &at in &ats {
+        assert!(at >= Duration::from_secs(10) && at <= Duration::from_secs(10) + spent, "{at:?}");
+    }
+    // Never earlier than asked: a clock that says otherwise is not followed backwards.
+    assert!(read(&mut s, Duration::from_secs(60)).iter().all(|&at| at == Duration::from_secs(60)));
+}
+
 #[test]
 fn domains_with_gaps_and_snc_sub_domains() {
     let Some(m) = mount(Options { domain_ids: Some(vec![0, 2]), snc: 2, ..Options::default() }) else { return };
