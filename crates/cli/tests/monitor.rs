@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn bin() -> Command {
@@ -126,10 +126,27 @@ fn emulated_resctrl_possible() -> bool {
 
 /// `monitor --backend resctrl` on the emulated filesystem playing the noisy-neighbour scenario.
 fn emulated_resctrl(extra: &[&str]) -> Output {
-    let s = scenario();
-    let mut args = vec!["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario", &s];
-    args.extend_from_slice(extra);
-    run(&args)
+    emulated_resctrl_with_pid(extra).0
+}
+
+/// The same, and the run's pid (what its sandbox cgroup and mount are named after).
+fn emulated_resctrl_with_pid(extra: &[&str]) -> (Output, u32) {
+    let child = bin()
+        .args(["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario", &scenario()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+/// Where the cgroup v2 hierarchy is mounted.
+fn cgroup2_root() -> PathBuf {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    PathBuf::from(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap())
 }
 
 #[test]
@@ -137,16 +154,7 @@ fn resctrl_backend_on_the_emulated_filesystem() {
     if !emulated_resctrl_possible() {
         return;
     }
-    let s = scenario();
-    let child = bin()
-        .args(["monitor", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario", &s])
-        .args(["--duration", "3200ms", "--print-every", "1s"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
+    let (out, pid) = emulated_resctrl_with_pid(&["--duration", "3200ms", "--print-every", "1s"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     println!("{text}");
@@ -168,9 +176,8 @@ fn resctrl_backend_on_the_emulated_filesystem() {
     assert!(!tables.last().unwrap().contains("thrash"), "{}", tables.last().unwrap());
     // Nothing left behind: no sandbox cgroup, no mount. Only this run's: the tests beside it
     // make and clean sandboxes of their own.
+    assert!(!cgroup2_root().join(format!("cachescope-emu-{pid}")).exists(), "sandbox cgroup left behind");
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let cg = Path::new(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap());
-    assert!(!cg.join(format!("cachescope-emu-{pid}")).exists(), "sandbox cgroup left behind");
     assert!(!mi.contains(&format!("cachescope-resctrl-{pid}-")), "FUSE mount left behind");
 }
 
@@ -410,9 +417,7 @@ fn leftovers_of_a_killed_run_are_cleaned() {
     if !emulated_resctrl_possible() {
         return;
     }
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let cg =
-        Path::new(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap()).to_path_buf();
+    let cg = cgroup2_root();
     // A pid that is no longer alive.
     let mut gone = Command::new("true").spawn().unwrap();
     let dead = gone.id();
@@ -461,9 +466,7 @@ fn sigkill_of_emulated_resctrl_exits_and_is_cleaned() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let cg =
-        Path::new(mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap().split(' ').nth(4).unwrap()).to_path_buf();
+    let cg = cgroup2_root();
     let sandbox = cg.join(format!("cachescope-emu-{pid}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     // Killed while it plays: its containers' cgroups exist and hold idle processes.

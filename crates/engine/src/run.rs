@@ -83,9 +83,9 @@ struct Pending {
     rows: Vec<Row>,
     /// Each row's sample time (since the run's start), for the PMU join and the watermark.
     at: Vec<Duration>,
-    /// A container's end: after how many rows pushed since the start, and its id.
+    /// A container's end: after how many rows since the run's start, and its id.
     forgets: VecDeque<(u64, String)>,
-    pushed: u64,
+    /// Rows handed to the sinks since the run's start.
     released: u64,
 }
 
@@ -93,11 +93,10 @@ impl Pending {
     fn row(&mut self, at: Duration, row: Row) {
         self.at.push(at);
         self.rows.push(row);
-        self.pushed += 1;
     }
 
     fn forget(&mut self, id: String) {
-        self.forgets.push_back((self.pushed, id));
+        self.forgets.push_back((self.released + self.rows.len() as u64, id));
     }
 }
 
@@ -248,7 +247,6 @@ impl State {
         }
     }
 
-    /// Rows whose PMU slots have all been drained (all of them at the end), to every sink.
     /// Hand the rows whose PMU columns are complete (all of them with `all`) to the sinks, and
     /// the ends of containers once every row before them has gone.
     fn release(&mut self, all: bool) -> Flow {
@@ -274,11 +272,8 @@ impl State {
                 q.at.drain(..n);
                 q.released += n as u64;
             }
-            match q.forgets.front() {
-                Some((k, _)) if *k == q.released => {}
-                _ => return flow,
-            }
-            let Some((_, id)) = q.forgets.pop_front() else { return flow };
+            // Every row before the next end has gone: that container's end is due.
+            let Some((_, id)) = (n == before_forget).then(|| q.forgets.pop_front()).flatten() else { return flow };
             self.join.forget(&id);
             for s in self.p.sinks.iter_mut() {
                 s.forget(&id);

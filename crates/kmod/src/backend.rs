@@ -7,6 +7,7 @@ use crate::device::{KernelDevice, KmodError};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
+use cachescope_platform::clock::monotonic;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -67,13 +68,6 @@ pub struct KmodBackend {
     lost_early: u64,
     no_rmid: Vec<(String, WaitReason)>,
     stats: Stats,
-}
-
-fn monotonic() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 impl KmodBackend {
