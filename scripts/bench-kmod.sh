@@ -12,7 +12,7 @@ scripts/setup.sh
 cargo build --release --locked -q -p cachescope -p cachescope-kmod --example kmod_bench
 out=$(mktemp -d)
 CACHESCOPE_QEMU_EXTRA="$PWD/target/release/examples/kmod_bench" \
-  scripts/kmod-qemu.sh target/release/cachescope "$out" kmod/test/bench.sh >/dev/null
+  scripts/guest-qemu.sh target/release/cachescope "$out" kmod/test/bench.sh >/dev/null
 echo "== in the QEMU guest (TCG: relative figures)"
 tr -d '\r' <"$out/console.log" | sed -n 's/^CS-BENCH //p'
 echo "== on this host"

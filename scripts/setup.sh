@@ -31,7 +31,7 @@ APT_HEADERS=(
 
 missing=()
 # The kernel module builds against the headers of the kernel the QEMU test boots (Debian's
-# current one; its image is fetched by scripts/kmod-qemu.sh, never installed).
+# current one; its image is fetched by scripts/guest-qemu.sh, never installed).
 dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" \
   || missing+=(linux-headers-amd64)
 for entry in "${APT_NEEDS[@]}"; do

@@ -1,5 +1,5 @@
 #!/bin/busybox sh
-# /init of the QEMU guest (scripts/kmod-qemu.sh): loads the module in emulation mode, runs
+# /init of the QEMU guest (scripts/guest-qemu.sh): loads the module in emulation mode, runs
 # cachescope with the kmod backend while cgroups come and go, and prints what the host-side
 # test checks: "CS-RESULT key=value" lines, the recording (gzip, base64) between markers.
 export PATH=/bin

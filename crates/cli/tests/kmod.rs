@@ -1,4 +1,4 @@
-//! The kernel module in a real kernel: scripts/kmod-qemu.sh builds it against Debian's
+//! The kernel module in a real kernel: scripts/guest-qemu.sh builds it against Debian's
 //! headers (W=1, no warnings), boots Debian's kernel under QEMU (TCG: no RDT, so the module
 //! runs in emulation mode) with this cachescope binary, and kmod/test/guest.sh runs the
 //! scenario: a container adopted at start, a busy one (its process in a nested cgroup), an
@@ -8,16 +8,15 @@
 //! reported, a freed RMID reused only when clean, one session at a time, unload.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{guest_results, have};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 
 const L3: u64 = 4096 * 1024;
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().is_ok_and(|o| o.status.success())
-}
 
 #[test]
 fn kernel_module_under_qemu() {
@@ -31,21 +30,15 @@ fn kernel_module_under_qemu() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(root.join("scripts/kmod-qemu.sh"))
+    let run = Command::new(root.join("scripts/guest-qemu.sh"))
         .arg(env!("CARGO_BIN_EXE_cachescope"))
         .arg(out.path())
-        .env("CACHESCOPE_KMOD_CACHE", root.join("target/kmod-qemu"))
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
     println!("{said}");
-    assert!(run.status.success(), "kmod-qemu.sh failed");
-    let results: HashMap<String, String> = said
-        .lines()
-        .filter_map(|l| l.strip_prefix("CS-RESULT "))
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    assert!(run.status.success(), "guest-qemu.sh failed");
+    let results = guest_results(&said);
     let r = |k: &str| results.get(k).cloned().unwrap_or_else(|| panic!("the guest did not report {k}"));
     let num = |k: &str| r(k).parse::<u64>().unwrap_or_else(|_| panic!("{k}={}", r(k)));
     assert_eq!(r("done"), "1", "the guest ran to the end");

@@ -20,3 +20,17 @@ pub fn sandbox(prefix: &str) -> Option<Sandbox> {
         }
     }
 }
+
+/// Whether `cmd` is on the PATH.
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().is_ok_and(|o| o.status.success())
+}
+
+/// The "CS-RESULT key=value" lines a QEMU guest printed (scripts/guest-qemu.sh), by key.
+pub fn guest_results(said: &str) -> std::collections::HashMap<String, String> {
+    said.lines()
+        .filter_map(|l| l.strip_prefix("CS-RESULT "))
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

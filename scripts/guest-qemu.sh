@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Boots Debian's kernel under QEMU with TCG with a cachescope binary (and the kernel module,
+# built against that kernel's headers with W=1, warnings are errors) in a busybox initramfs,
+# and runs GUEST_SCRIPT there as /init.
+#
+#   scripts/guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]
+#
+# GUEST_SCRIPT: kmod/test/guest.sh by default, kmod/test/bench.sh for scripts/bench-kmod.sh,
+# tools/rdt-qemu/guest/*.sh on the RDT machine. The environment chooses the machine:
+#   CACHESCOPE_QEMU          the QEMU binary (default qemu-system-x86_64; the RDT machine's is
+#                            the path tools/rdt-qemu/build.sh prints)
+#   CACHESCOPE_QEMU_MACHINE  CPU, topology and devices (default "-cpu max -smp 2"), e.g.
+#                            "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M"
+#   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
+#                            /init as environment variables
+#   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
+#   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while)
+#   CACHESCOPE_GUEST_KERNEL  a Debian suite whose newest kernel boots instead of this release's
+# Leaves OUTDIR/console.log (the guest's serial console) and OUTDIR/rows.jsonl (a recording the
+# guest printed between CS-ROWS-BEGIN and CS-ROWS-END, gzip and base64). The kernel image is
+# downloaded once by scripts/debian-kernel.sh. Needs qemu-system-x86, busybox-static, cpio and
+# linux-headers-amd64 (scripts/setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${1:?usage: guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]}")
+out=${2:?usage: guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]}
+guest=${3:-kmod/test/guest.sh}
+mkdir -p "$out"
+out=$(realpath "$out")
+
+# The kernel: this release's (linux-headers-amd64's, whose headers build the module) or the
+# newest of the suite CACHESCOPE_GUEST_KERNEL names (e.g. unstable).
+suite=${CACHESCOPE_GUEST_KERNEL:-}
+vmlinuz=$(scripts/debian-kernel.sh ${suite:+"$suite"} | tail -1)
+if [ -n "$suite" ] && [ "${CACHESCOPE_GUEST_KMOD:-1}" != 0 ]; then
+  echo "guest-qemu: the module builds for this release's kernel only (CACHESCOPE_GUEST_KMOD=0)" >&2
+  exit 1
+fi
+kver=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
+kdir=/usr/src/linux-headers-$kver
+
+# The module, built out of the source tree.
+if [ "${CACHESCOPE_GUEST_KMOD:-1}" != 0 ]; then
+  [ -d "$kdir" ] || { echo "guest-qemu: $kdir missing (apt-get install linux-headers-amd64)" >&2; exit 1; }
+  rm -rf "$out/kbuild" && mkdir -p "$out/kbuild"
+  cp kmod/Makefile kmod/Kbuild kmod/*.c kmod/*.h "$out/kbuild/"
+  make -s -C "$out/kbuild" KDIR="$kdir" check >"$out/kbuild.log" 2>&1 || { cat "$out/kbuild.log" >&2; exit 1; }
+  if grep -E "warning:|error:" "$out/kbuild.log" >&2; then exit 1; fi
+fi
+
+# The initramfs: busybox, the binary without debug info, the libraries it loads, the module.
+root=$out/root
+rm -rf "$root" && mkdir -p "$root"/{bin,proc,sys,dev,tmp}
+cp /bin/busybox "$root/bin/busybox"
+for a in $(/bin/busybox --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
+objcopy --strip-debug "$bin" "$root/bin/cachescope"
+for extra in ${CACHESCOPE_QEMU_EXTRA:-}; do objcopy --strip-debug "$extra" "$root/bin/$(basename "$extra")"; done
+for lib in $(ldd "$bin" ${CACHESCOPE_QEMU_EXTRA:-} 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $1 !~ /:$/ { print $1 }' | sort -u); do
+  mkdir -p "$root$(dirname "$lib")"
+  cp -L "$lib" "$root$lib"
+done
+[ -e "$out/kbuild/cachescope.ko" ] && cp "$out/kbuild/cachescope.ko" "$root/cachescope.ko"
+cp "$guest" "$root/init" && chmod +x "$root/init"
+(cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) >"$out/initramfs.cpio"
+
+# TCG: slow and its 1 ms timers are irregular; the tests check accounting, not timing.
+# shellcheck disable=SC2086 # the machine arguments are words
+timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
+  ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
+  -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${CACHESCOPE_QEMU_APPEND:-}" \
+  -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || echo "guest-qemu: qemu exited $?" >&2
+tr -d '\r' <"$out/console.log" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
+  | gunzip >"$out/rows.jsonl" 2>/dev/null || true
+grep -a "^CS-" "$out/console.log" | grep -av "^CS-ROWS" | tr -d '\r' || true

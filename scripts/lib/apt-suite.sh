@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# apt_suite DIR SUITE TYPES: a private apt configuration in DIR for one Debian suite (TYPES: deb,
+# deb-src or "deb deb-src"), from the mirror this machine's apt already uses, with its index
+# fetched. Sets APT_SUITE_OPTS, the options to give apt-get and apt-cache. This machine's own
+# sources, lists and packages are never touched: nothing from SUITE is installed.
+apt_suite() {
+  local dir=$1 suite=$2 types=$3 mirror
+  mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null \
+    | grep -v -- '-security' | head -1)
+  if [ -z "$mirror" ]; then
+    echo "apt_suite: no Debian mirror in this machine's apt sources" >&2
+    return 1
+  fi
+  mkdir -p "$dir/lists/partial" "$dir/etc" "$dir/cache/archives/partial"
+  printf 'Types: %s\nURIs: %s\nSuites: %s\nComponents: main\nArchitectures: amd64\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$types" "$mirror" "$suite" >"$dir/etc/$suite.sources"
+  APT_SUITE_OPTS=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$dir/etc"
+    -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root
+    -o Dir::State::Status=/dev/null -o APT::Architectures=amd64)
+  apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
+}

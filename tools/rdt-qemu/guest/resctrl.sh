@@ -1,0 +1,120 @@
+#!/bin/busybox sh
+# /init of the RDT machine's guest (scripts/guest-qemu.sh with -device rdt): the kernel's own
+# resctrl on the emulated device, with workloads of known footprint (rdt-work) pinned to CPU 0,
+# which is L3 domain 0 (-smp 2,sockets=2: one domain per vCPU). Prints "CS-RESULT key=value"
+# lines for the host-side test (crates/cli/tests/rdt_qemu.rs).
+# Kernel parameters that reach here: cs_mode=full (default) or cs_mode=read (mount, one group,
+# one read of each file: for the device's injected U and E bits).
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+say() { echo "CS-RESULT $*"; }
+finish() { sync; poweroff -f; }
+R=/sys/fs/resctrl
+
+echo
+say vendor="$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+say cpus="$(grep -c '^processor' /proc/cpuinfo)"
+for f in cqm cqm_llc cqm_occup_llc cqm_mbm_total cqm_mbm_local; do
+  say "flag_$f=$(grep '^flags' /proc/cpuinfo | grep -c " $f\( \|$\)")"
+done
+LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
+say llc_bytes=$LLC
+say detected="$(dmesg | grep -c 'resctrl: L3 monitoring detected')"
+mount -t resctrl resctrl $R
+say mount=$?
+say num_rmids="$(cat $R/info/L3_MON/num_rmids)"
+say mon_features="$(tr '\n' , <$R/info/L3_MON/mon_features)"
+say domains="$(ls $R/mon_data | tr '\n' ,)"
+
+file() { echo "$R/mon_groups/$1/mon_data/mon_L3_0${3:-0}/$2"; }
+occ() { cat "$(file "$1" llc_occupancy "$2")"; }
+mbm() { cat "$(file "$1" mbm_total_bytes "$2")"; }
+# run GROUP COMMAND...: COMMAND in a new MON group, pinned to CPU 0, output in /tmp/GROUP.out.
+run() {
+  g=$1; shift
+  mkdir -p "$R/mon_groups/$g"
+  sh -c "echo \$\$ > $R/mon_groups/$g/tasks && exec taskset 0x1 $*" >"/tmp/$g.out" 2>&1 &
+  PIDS="$PIDS $!"
+}
+# finished: waits for the workloads started with run (not for the flushers, which stay).
+finished() {
+  # shellcheck disable=SC2086 # a list of pids
+  wait $PIDS
+  PIDS=
+}
+# settle GROUP...: the workloads (started with RDT_WORK_STOP=1) have written their buffers and
+# stopped; a process of the default group then writes twice the LLC and keeps its pages, and
+# the workloads go on. Every line a workload holds afterwards is one it filled itself: lines
+# belong to the RMID that filled them, and the kernel hands out recently freed pages first,
+# whose lines may still be cached under another RMID.
+settle() {
+  for g in "$@"; do
+    n=0
+    until grep -q allocated "/tmp/$g.out" 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+  done
+  FLUSHES=$((FLUSHES + 1))
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >"/tmp/flush$FLUSHES.out" 2>&1 &
+  ready "flush$FLUSHES"
+  # shellcheck disable=SC2086 # a list of pids
+  kill -CONT $PIDS
+}
+# ready GROUP...: waits until each has warmed up (at most 60 s).
+ready() {
+  for g in "$@"; do
+    n=0
+    until grep -q ready "/tmp/$g.out" 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+  done
+}
+
+if [ "${cs_mode:-full}" = read ]; then
+  mkdir $R/mon_groups/g
+  say read_occupancy="$(occ g)"
+  say read_mbm_total="$(mbm g)"
+  say read_mbm_local="$(cat "$(file g mbm_local_bytes)")"
+  say done=1
+  finish
+fi
+
+# Occupancy: a quarter and a half of the LLC held by two workloads side by side (3/4 of the
+# cache in all, LRU keeps both), and one that sleeps.
+run quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 7
+run half env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 7
+settle quarter half
+run idle rdt-work idle 7
+ready quarter half idle
+sleep 3
+say quarter_occ="$(occ quarter)"
+say half_occ="$(occ half)"
+say idle_occ="$(occ idle)"
+say idle_mbm="$(mbm idle)"
+say quarter_occ_d1="$(occ quarter 1)"
+finished
+
+# Bandwidth: 16 MiB/s read from a buffer 4 x the LLC (every line a miss); the workload reads
+# the kernel's counter just before and after its window.
+run stream env RDT_WORK_STOP=1 RDT_WORK_COUNTER="$(file stream mbm_total_bytes)" rdt-work stream 16M 4 $((LLC * 4))
+settle stream
+finished
+say stream="$(tr '\n' ' ' </tmp/stream.out)"
+
+# A noisy neighbour: the victim passes over half the cache every 50 ms and holds it; then a
+# writer of 4 x the LLC runs beside it and takes most of it.
+run victim env RDT_WORK_STOP=1 RDT_WORK_PAUSE_MS=50 rdt-work touch $((LLC / 2)) 10
+settle victim
+ready victim
+sleep 2
+say victim_before="$(occ victim)"
+run thrash rdt-work thrash $((LLC * 4)) 6
+ready thrash
+sleep 3
+say victim_during="$(occ victim)"
+say thrash_occ="$(occ thrash)"
+say thrash_mbm_ok="$([ "$(mbm thrash)" -gt $((LLC * 4)) ] && echo 1 || echo 0)"
+finished
+
+for g in quarter half idle stream victim thrash; do rmdir "$R/mon_groups/$g" || say rmdir_failed="$g"; done
+say done=1
+finish

@@ -1,0 +1,192 @@
+/*
+ * Workloads of known footprint for the RDT machine's guest tests (tools/rdt-qemu).
+ *
+ *   rdt-work touch BYTES SECONDS       read one word per line of a BYTES buffer, over and over
+ *   rdt-work thrash BYTES SECONDS      the same, writing (a buffer larger than the LLC evicts all)
+ *   rdt-work stream RATE SECONDS BUF   read a BUF-byte buffer in order at RATE bytes/s
+ *   rdt-work idle SECONDS              sleep
+ *   rdt-work hold BYTES SECONDS        write and read a BYTES buffer once, then sleep keeping it
+ *                                      (pushes every other line out of the LLC; the pages stay
+ *                                      allocated, so the next workload's pages are not cached)
+ *
+ * With RDT_WORK_STOP=1, touch, thrash and stream print "allocated" once their buffer is written
+ * and read, and stop themselves (SIGSTOP) until continued: the caller can then push every line
+ * out of the LLC, so that the lines the workload holds later are all lines it filled itself
+ * (the kernel hands out recently freed pages first, whose lines may still be cached and belong
+ * to whoever filled them). With RDT_WORK_PAUSE_MS=N, touch sleeps N ms after each pass (a service that is idle part of the
+ * time, whose lines a busy neighbour can take). BYTES, RATE and BUF take K, M or G. Prints "ready" when warmed up (the buffer written and read
+ * once, so that no dirty line of the set-up is left), then at the end one line with what it did:
+ * "moved=N seconds=S start_ns=T0 end_ns=T1" for stream (bytes read after ready, over S seconds,
+ * from T0 to T1 in CLOCK_REALTIME ns, the clock of cachescope's time_ns). With RDT_WORK_COUNTER=FILE
+ * (a resctrl mbm_total_bytes file) stream also reads FILE just before and just after its window
+ * and prints "counter_delta=N": the bytes the kernel counted over exactly that window.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE 64
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static long long realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t size_arg(const char *s)
+{
+	char *end;
+	uint64_t v = strtoull(s, &end, 10);
+
+	switch (*end) {
+	case 'G': v <<= 10; /* fall through */
+	case 'M': v <<= 10; /* fall through */
+	case 'K': v <<= 10; end++; break;
+	}
+	if (*end || v == 0) {
+		fprintf(stderr, "rdt-work: '%s' is not a size (N, NK, NM, NG)\n", s);
+		exit(2);
+	}
+	return v;
+}
+
+static volatile uint64_t sink;
+
+/* The number in FILE (a resctrl counter), or -1 when it cannot be read or is not a number. */
+static long long counter(const char *file)
+{
+	char text[64] = "";
+	long long v = -1;
+	FILE *f = file ? fopen(file, "r") : NULL;
+
+	if (f) {
+		if (fgets(text, sizeof(text), f) && sscanf(text, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static uint64_t pass(volatile uint8_t *buf, uint64_t bytes, int write)
+{
+	uint64_t i, sum = 0;
+
+	for (i = 0; i < bytes; i += LINE) {
+		if (write)
+			buf[i] = (uint8_t)i;
+		else
+			sum += buf[i];
+	}
+	return sum;
+}
+
+static uint8_t *buffer(uint64_t bytes)
+{
+	uint8_t *buf = aligned_alloc(4096, (bytes + 4095) & ~4095ULL);
+
+	if (!buf) {
+		fprintf(stderr, "rdt-work: cannot allocate %llu bytes\n", (unsigned long long)bytes);
+		exit(1);
+	}
+	memset(buf, 1, bytes);	/* real pages, not the shared zero page */
+	sink += pass(buf, bytes, 0);
+	if (getenv("RDT_WORK_STOP")) {
+		printf("allocated\n");
+		fflush(stdout);
+		raise(SIGSTOP);
+	}
+	return buf;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "idle")) {
+		printf("ready\n");
+		fflush(stdout);
+		sleep(atoi(argv[2]));
+		return 0;
+	}
+	if (argc == 4 && !strcmp(argv[1], "hold")) {
+		unsetenv("RDT_WORK_STOP");
+		buffer(size_arg(argv[2]));
+		printf("ready\n");
+		fflush(stdout);
+		sleep(atoi(argv[3]));
+		return 0;
+	}
+	if (argc == 4 && (!strcmp(argv[1], "touch") || !strcmp(argv[1], "thrash"))) {
+		uint64_t bytes = size_arg(argv[2]), passes = 0;
+		int write = !strcmp(argv[1], "thrash");
+		uint8_t *buf = buffer(bytes);
+		double end = now() + atof(argv[3]);
+		const char *pause = getenv("RDT_WORK_PAUSE_MS");
+		useconds_t pause_us = pause ? (useconds_t)atoi(pause) * 1000 : 0;
+
+		sink += pass(buf, bytes, write);
+		printf("ready\n");
+		fflush(stdout);
+		while (now() < end) {
+			sink += pass(buf, bytes, write);
+			passes++;
+			if (pause_us)
+				usleep(pause_us);
+		}
+		printf("passes=%llu\n", (unsigned long long)passes);
+		return 0;
+	}
+	if (argc == 5 && !strcmp(argv[1], "stream")) {
+		uint64_t rate = size_arg(argv[2]), bytes = size_arg(argv[4]), moved = 0, off = 0;
+		uint64_t chunk = 256 * 1024;
+		uint8_t *buf = buffer(bytes);
+		double seconds = atof(argv[3]), start, t;
+		const char *file = getenv("RDT_WORK_COUNTER");
+		long long before, after, start_ns, end_ns;
+
+		printf("ready\n");
+		fflush(stdout);
+		before = counter(file);
+		start = now();
+		start_ns = realtime_ns();
+		while ((t = now()) - start < seconds) {
+			double due = start + (double)moved / rate;
+
+			if (t < due) {
+				usleep((useconds_t)((due - t) * 1e6));
+				continue;
+			}
+			if (off + chunk > bytes)
+				off = 0;
+			sink += pass(buf + off, chunk, 0);
+			off += chunk;
+			moved += chunk;
+		}
+		t = now() - start;
+		end_ns = realtime_ns();
+		after = counter(file);
+		printf("moved=%llu seconds=%.3f start_ns=%lld end_ns=%lld", (unsigned long long)moved, t,
+		       start_ns, end_ns);
+		if (file)
+			printf(" counter_delta=%lld", before < 0 || after < 0 ? -1 : after - before);
+		printf("\n");
+		return 0;
+	}
+	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS\n");
+	return 2;
+}

@@ -1,0 +1,13 @@
+//! The cache model behind QEMU's `-device rdt` (tools/rdt-qemu): a TCG plugin that sees the
+//! guest's memory accesses and keeps, per emulated L3 domain, a set-associative cache whose
+//! lines carry the RMID of the vCPU that filled them. The device (the QEMU patch) owns the
+//! counters and answers IA32_QM_CTR from them; this crate fills them in.
+//!
+//! [`model`] is the cache, pure and tested here; `glue` (built only into the plugin) is the
+//! part that talks to QEMU.
+
+pub mod link;
+pub mod model;
+
+#[cfg(not(test))]
+mod glue;

@@ -1,0 +1,42 @@
+//! The device's shared state, mirrored from the patch's include/hw/i386/rdt-link.h
+//! (`struct qemu_rdt_link`, version 1). Field order, types and padding must match.
+
+/// The layout version this plugin speaks.
+pub const VERSION: u32 = 1;
+
+#[repr(C)]
+pub struct RdtLink {
+    pub version: u32,
+    pub nr_vcpus: u32,
+    pub nr_domains: u32,
+    pub nr_rmids: u32,
+    pub llc_size: u64,
+    pub llc_ways: u32,
+    pub line_size: u32,
+    /// 0 until the guest first uses monitoring (read atomically).
+    pub active: u32,
+    pub reserved: u32,
+    pub vcpu_domain: *const u32,
+    /// The RMID in each vCPU's PQR_ASSOC (read atomically).
+    pub vcpu_rmid: *const u32,
+    /// `[nr_domains * nr_rmids]`, index `domain * nr_rmids + rmid` (written atomically).
+    pub lines: *mut u64,
+    pub fill_bytes: *mut u64,
+    pub wb_bytes: *mut u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn the_layout_matches_the_c_header() {
+        // Offsets as a C compiler lays out struct qemu_rdt_link on x86_64.
+        assert_eq!(offset_of!(RdtLink, llc_size), 16);
+        assert_eq!(offset_of!(RdtLink, active), 32);
+        assert_eq!(offset_of!(RdtLink, vcpu_domain), 40);
+        assert_eq!(offset_of!(RdtLink, wb_bytes), 72);
+        assert_eq!(size_of::<RdtLink>(), 80);
+    }
+}

@@ -1,0 +1,290 @@
+//! One L3 domain's last-level cache: set-associative, true LRU, write-back, every line tagged
+//! with the RMID that filled it.
+//!
+//! What it charges, and to whom:
+//! - a miss fills one line from memory: `filled(rmid, line)` for the RMID of the access, and
+//!   the line now counts in that RMID's occupancy;
+//! - a hit keeps the line's owner (occupancy belongs to whoever brought the line in, as on
+//!   Intel's CMT), and a store makes the line dirty;
+//! - an eviction takes the line from its owner's occupancy and, when dirty, writes it back:
+//!   `written_back(owner, line)`.
+//!
+//! Not modelled: private L1/L2 caches in front (every access reaches this cache), prefetchers,
+//! instruction fetches, non-inclusive victim caches, hashed set indexing, timing.
+
+/// Where the model reports what it charges. The plugin writes these into the device's
+/// counters; tests keep them in vectors.
+pub trait Sink {
+    /// `lines` more (or fewer, when negative) lines of the cache are tagged with `rmid`.
+    fn occupancy(&mut self, rmid: u16, lines: i64);
+    /// `bytes` were read from memory for an access by `rmid`.
+    fn filled(&mut self, rmid: u16, bytes: u64);
+    /// `bytes` of a dirty line owned by `rmid` were written back to memory.
+    fn written_back(&mut self, rmid: u16, bytes: u64);
+}
+
+/// The shape of a cache, as the device's properties give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes.
+    pub size: u64,
+    pub ways: u32,
+    /// Bytes, a power of two.
+    pub line_size: u32,
+}
+
+/// Why a geometry cannot make a cache.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadGeometry(pub Geometry);
+
+impl std::fmt::Display for BadGeometry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.0;
+        write!(
+            f,
+            "cache of {} bytes, {} ways, {}-byte lines: size must be a non-zero multiple of \
+             ways x line size, line size a power of two",
+            g.size, g.ways, g.line_size
+        )
+    }
+}
+
+const INVALID: u64 = u64::MAX;
+
+pub struct Llc {
+    sets: u64,
+    ways: usize,
+    line_shift: u32,
+    line_size: u64,
+    /// Per way of every set (set-major): the line address (physical address >> line_shift),
+    /// or INVALID.
+    tag: Vec<u64>,
+    owner: Vec<u16>,
+    dirty: Vec<bool>,
+    /// Last use, for LRU: a counter of accesses to this cache.
+    used: Vec<u64>,
+    clock: u64,
+}
+
+impl Llc {
+    pub fn new(g: Geometry) -> Result<Llc, BadGeometry> {
+        let way_bytes = u64::from(g.ways) * u64::from(g.line_size);
+        if g.ways == 0 || !g.line_size.is_power_of_two() || way_bytes == 0 || g.size == 0 {
+            return Err(BadGeometry(g));
+        }
+        if !g.size.is_multiple_of(way_bytes) {
+            return Err(BadGeometry(g));
+        }
+        let sets = g.size / way_bytes;
+        let lines = usize::try_from(g.size / u64::from(g.line_size)).map_err(|_| BadGeometry(g))?;
+        Ok(Llc {
+            sets,
+            ways: g.ways as usize,
+            line_shift: g.line_size.trailing_zeros(),
+            line_size: u64::from(g.line_size),
+            tag: vec![INVALID; lines],
+            owner: vec![0; lines],
+            dirty: vec![false; lines],
+            used: vec![0; lines],
+            clock: 0,
+        })
+    }
+
+    /// An access of `size` bytes at physical address `addr` by `rmid`: every line it touches.
+    pub fn access(&mut self, addr: u64, size: u64, store: bool, rmid: u16, sink: &mut impl Sink) {
+        let first = addr >> self.line_shift;
+        let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
+        for line in first..=last {
+            self.touch(line, store, rmid, sink);
+        }
+    }
+
+    fn touch(&mut self, line: u64, store: bool, rmid: u16, sink: &mut impl Sink) {
+        self.clock += 1;
+        // The set index fits in usize: sets <= lines, which new() checked.
+        let base = (line % self.sets) as usize * self.ways;
+        let ways = base..base + self.ways;
+        if let Some(i) = ways.clone().find(|&i| self.tag[i] == line) {
+            self.used[i] = self.clock;
+            self.dirty[i] |= store;
+            return;
+        }
+        // Miss: an invalid way, else the least recently used.
+        let victim = ways
+            .clone()
+            .find(|&i| self.tag[i] == INVALID)
+            .or_else(|| ways.min_by_key(|&i| self.used[i]))
+            .unwrap_or(base);
+        if self.tag[victim] != INVALID {
+            let old = self.owner[victim];
+            sink.occupancy(old, -1);
+            if self.dirty[victim] {
+                sink.written_back(old, self.line_size);
+            }
+        }
+        self.tag[victim] = line;
+        self.owner[victim] = rmid;
+        self.dirty[victim] = store;
+        self.used[victim] = self.clock;
+        sink.occupancy(rmid, 1);
+        sink.filled(rmid, self.line_size);
+    }
+
+    /// Lines tagged with each RMID below `rmids` (for tests and checks).
+    pub fn lines_by_rmid(&self, rmids: usize) -> Vec<u64> {
+        let mut n = vec![0u64; rmids];
+        for (t, &o) in self.tag.iter().zip(&self.owner) {
+            if *t != INVALID {
+                if let Some(c) = n.get_mut(usize::from(o)) {
+                    *c += 1;
+                }
+            }
+        }
+        n
+    }
+
+    pub fn capacity_lines(&self) -> u64 {
+        self.tag.len() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Per-RMID totals, as the device keeps them.
+    #[derive(Default, Debug)]
+    struct Tally {
+        lines: Vec<i64>,
+        filled: Vec<u64>,
+        written_back: Vec<u64>,
+    }
+
+    impl Tally {
+        fn new(rmids: usize) -> Tally {
+            Tally { lines: vec![0; rmids], filled: vec![0; rmids], written_back: vec![0; rmids] }
+        }
+    }
+
+    impl Sink for Tally {
+        fn occupancy(&mut self, rmid: u16, lines: i64) {
+            self.lines[usize::from(rmid)] += lines;
+        }
+        fn filled(&mut self, rmid: u16, bytes: u64) {
+            self.filled[usize::from(rmid)] += bytes;
+        }
+        fn written_back(&mut self, rmid: u16, bytes: u64) {
+            self.written_back[usize::from(rmid)] += bytes;
+        }
+    }
+
+    const KIB: u64 = 1024;
+
+    fn llc(size: u64, ways: u32) -> Llc {
+        Llc::new(Geometry { size, ways, line_size: 64 }).expect("geometry")
+    }
+
+    /// Touches every line of [base, base + bytes) once, in order.
+    fn sweep(c: &mut Llc, t: &mut Tally, base: u64, bytes: u64, store: bool, rmid: u16) {
+        for a in (base..base + bytes).step_by(64) {
+            c.access(a, 8, store, rmid, t);
+        }
+    }
+
+    #[test]
+    fn a_working_set_smaller_than_the_cache_is_held_whole_and_filled_once() {
+        let mut c = llc(1024 * KIB, 16);
+        let mut t = Tally::new(4);
+        for _ in 0..5 {
+            sweep(&mut c, &mut t, 1 << 30, 256 * KIB, false, 1);
+        }
+        assert_eq!(t.lines[1] as u64 * 64, 256 * KIB);
+        assert_eq!(t.filled[1], 256 * KIB, "later passes hit");
+        assert_eq!(t.written_back[1], 0);
+    }
+
+    #[test]
+    fn a_stream_larger_than_the_cache_misses_on_every_line() {
+        let mut c = llc(256 * KIB, 8);
+        let mut t = Tally::new(2);
+        for _ in 0..3 {
+            sweep(&mut c, &mut t, 0, 1024 * KIB, false, 1);
+        }
+        assert_eq!(t.filled[1], 3 * 1024 * KIB, "LRU on a cyclic sweep larger than the cache");
+        assert_eq!(t.lines[1] as u64, c.capacity_lines());
+    }
+
+    #[test]
+    fn a_thrasher_takes_the_victims_lines_and_dirty_lines_are_written_back_by_their_owner() {
+        let mut c = llc(512 * KIB, 16);
+        let mut t = Tally::new(3);
+        sweep(&mut c, &mut t, 0, 128 * KIB, true, 1);
+        assert_eq!(t.lines[1] as u64 * 64, 128 * KIB);
+        sweep(&mut c, &mut t, 64 << 20, 2048 * KIB, false, 2);
+        assert_eq!(t.lines[1], 0, "the victim's lines were all evicted");
+        assert_eq!(t.written_back[1], 128 * KIB, "its dirty lines went back, charged to it");
+        assert_eq!(t.written_back[2], 0);
+        assert_eq!(t.lines[2] as u64, c.capacity_lines());
+    }
+
+    #[test]
+    fn a_hit_by_another_rmid_leaves_the_line_with_its_owner() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(3);
+        sweep(&mut c, &mut t, 0, 16 * KIB, false, 1);
+        sweep(&mut c, &mut t, 0, 16 * KIB, false, 2);
+        assert_eq!(t.lines[1] as u64 * 64, 16 * KIB);
+        assert_eq!(t.lines[2], 0);
+        assert_eq!(t.filled[2], 0);
+    }
+
+    #[test]
+    fn an_access_across_a_line_boundary_touches_both_lines() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(1);
+        c.access(60, 8, false, 0, &mut t);
+        assert_eq!(t.lines[0], 2);
+        c.access(u64::MAX - 3, 8, false, 0, &mut t);
+        assert_eq!(t.lines[0], 3, "an access at the top of the address space does not wrap");
+    }
+
+    #[test]
+    fn impossible_geometries_are_refused() {
+        for g in [
+            Geometry { size: 0, ways: 4, line_size: 64 },
+            Geometry { size: 4096, ways: 0, line_size: 64 },
+            Geometry { size: 4096, ways: 4, line_size: 48 },
+            Geometry { size: 5000, ways: 4, line_size: 64 },
+        ] {
+            let e = Llc::new(g).err().expect("refused");
+            assert!(e.to_string().contains("ways x line size"), "{e}");
+        }
+        // Non-power-of-two set counts are fine (real L3s have them).
+        assert!(Llc::new(Geometry { size: 3 * 64 * 4, ways: 4, line_size: 64 }).is_ok());
+    }
+
+    proptest! {
+        /// Whatever the accesses: occupancy per RMID equals the lines tagged with it, never
+        /// exceeds the cache, and every line filled is either held or was evicted.
+        #[test]
+        fn occupancy_is_conserved(
+            ops in proptest::collection::vec((0u64..1 << 20, 1u64..64, any::<bool>(), 0u16..4), 1..2000)
+        ) {
+            let mut c = llc(16 * KIB, 4);
+            let mut t = Tally::new(4);
+            for (addr, size, store, rmid) in ops {
+                c.access(addr, size, store, rmid, &mut t);
+            }
+            let held = c.lines_by_rmid(4);
+            let all_filled: u64 = t.filled.iter().sum();
+            for (r, &h) in held.iter().enumerate() {
+                prop_assert_eq!(t.lines[r], h as i64);
+                prop_assert!(t.written_back[r] <= all_filled);
+            }
+            prop_assert!(held.iter().sum::<u64>() <= c.capacity_lines());
+            let filled_lines: u64 = t.filled.iter().sum::<u64>() / 64;
+            prop_assert!(filled_lines >= held.iter().sum::<u64>());
+        }
+    }
+}
