@@ -2,7 +2,9 @@
 # Prints the path of a Debian kernel image (vmlinuz), downloaded once and never installed:
 #   scripts/debian-kernel.sh          this release's (the one linux-headers-amd64 points to)
 #   scripts/debian-kernel.sh SUITE    the newest linux-image-amd64 of SUITE (unstable: 7.2)
-# Kept in ${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}, by version.
+# Kept in ${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}, by version, with the
+# modules a guest may need that the package carries uncompressed (msr.ko: /dev/cpu/N/msr) in
+# modules-VERSION/ beside it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
@@ -30,7 +32,7 @@ else
   [ -n "$kver" ] || { echo "debian-kernel: no linux-image-amd64 in $suite" >&2; exit 1; }
 fi
 vmlinuz=$cache/vmlinuz-$kver
-if [ ! -s "$vmlinuz" ]; then
+if [ ! -s "$vmlinuz" ] || [ ! -d "$cache/modules-$kver" ]; then
   tmp=$(mktemp -d)
   # Newer Debian kernels moved the image from linux-image-VER into linux-binary-VER.
   pkg=linux-image-$kver
@@ -40,6 +42,10 @@ if [ ! -s "$vmlinuz" ]; then
   path=$(dpkg-deb -c "$deb" | awk '{ print $6 }' | grep -Fx -e "./boot/vmlinuz-$kver" -e "./usr/lib/modules/$kver/vmlinuz" | head -1)
   [ -n "$path" ] || { echo "debian-kernel: no vmlinuz in $deb" >&2; exit 1; }
   dpkg-deb --fsys-tarfile "$deb" | tar -xO "$path" >"$vmlinuz.part"
+  mkdir -p "$cache/modules-$kver"
+  for ko in $(dpkg-deb -c "$deb" | awk '{ print $6 }' | grep -E '/kernel/arch/x86/kernel/msr\.ko$' || true); do
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "$ko" >"$cache/modules-$kver/$(basename "$ko")"
+  done
   mv "$vmlinuz.part" "$vmlinuz"
   rm -rf "$tmp"
 fi

@@ -60,6 +60,10 @@ for lib in $(ldd "$bin" ${CACHESCOPE_QEMU_EXTRA:-} 2>/dev/null | awk '$2 == "=>"
   cp -L "$lib" "$root$lib"
 done
 [ -e "$out/kbuild/cachescope.ko" ] && cp "$out/kbuild/cachescope.ko" "$root/cachescope.ko"
+# The kernel's own modules scripts/debian-kernel.sh kept (msr.ko), in /modules.
+mods=$(dirname "$vmlinuz")/modules-$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
+mkdir -p "$root/modules"
+[ -d "$mods" ] && cp "$mods"/*.ko "$root/modules/" 2>/dev/null || true
 cp "$guest" "$root/init" && chmod +x "$root/init"
 (cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) >"$out/initramfs.cpio"
 

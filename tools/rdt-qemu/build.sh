@@ -50,6 +50,9 @@ key=$QEMU_VERSION-$( (cat "$here"/patches/*.patch; echo "$QEMU_DEB_VERSION ${CON
 qemu_dir=$cache/qemu-$key
 qemu_bin=$qemu_dir/qemu-system-x86_64
 mkdir -p "$cache"
+# One build at a time per cache (tests may ask concurrently): the second waits, then finds it.
+exec 9>"$cache/.lock"
+flock 9
 if [ ! -x "$qemu_bin" ]; then
   started=$(date +%s)
   work=$cache/build-$key

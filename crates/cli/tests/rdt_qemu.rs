@@ -10,11 +10,19 @@
 //!   its window (it reads the kernel's counter itself just before and after);
 //! - a noisy neighbour: a thrasher takes a victim's lines;
 //! - the device's U and E bits reach user space as "Unavailable" and "Error", never 0.
+//!
+//! Then cachescope's backends on the same machine (tools/rdt-qemu/guest/backends.sh):
+//! - resctrl, on the kernel's driver: containers adopted at start and started later, settled so
+//!   that their lines are their own, read W ± 10 % and within 5 % of the kernel's own mon_data
+//!   files of the groups cachescope made; a stream's bandwidth over its window within 5 %;
+//! - msr, core groups through the guest's /dev/cpu/N/msr (the real EVTSEL/CTR/PQR_ASSOC path):
+//!   the core that runs a W-byte working set reads W ± 10 %, its stream within 5 %.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::{guest_results, have};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,12 +55,21 @@ fn workloads(dir: &Path) -> PathBuf {
 }
 
 /// Boots `kernel` ("": this release's; else a Debian suite's newest) with `machine` (CPU,
-/// topology, -device rdt) and returns the guest's CS-RESULT lines.
-fn boot(qemu: &str, work: &Path, kernel: &str, machine: &str, append: &str, out: &Path) -> HashMap<String, String> {
+/// topology, -device rdt), runs tools/rdt-qemu/guest/`script` as /init and returns the guest's
+/// CS-RESULT lines (and CS-REF lines, under "ref").
+fn boot(
+    qemu: &str,
+    work: &Path,
+    script: &str,
+    kernel: &str,
+    machine: &str,
+    append: &str,
+    out: &Path,
+) -> HashMap<String, String> {
     let run = Command::new(root().join("scripts/guest-qemu.sh"))
         .arg(env!("CARGO_BIN_EXE_cachescope"))
         .arg(out)
-        .arg(root().join("tools/rdt-qemu/guest/resctrl.sh"))
+        .arg(root().join("tools/rdt-qemu/guest").join(script))
         .env("CACHESCOPE_QEMU", qemu)
         .env("CACHESCOPE_QEMU_MACHINE", machine)
         .env("CACHESCOPE_QEMU_APPEND", append)
@@ -64,7 +81,9 @@ fn boot(qemu: &str, work: &Path, kernel: &str, machine: &str, append: &str, out:
     let said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
     println!("== kernel {kernel:?}: {machine} {append}\n{said}");
     assert!(run.status.success(), "guest-qemu.sh failed");
-    let r = guest_results(&said);
+    let mut r = guest_results(&said);
+    let refs: Vec<&str> = said.lines().filter_map(|l| l.strip_prefix("CS-REF ")).collect();
+    r.insert("ref".into(), refs.join("\n"));
     if r.get("done").map(String::as_str) != Some("1") {
         let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
         let tail: Vec<&str> = console.lines().rev().take(40).collect();
@@ -153,22 +172,137 @@ fn kernel_resctrl_on_the_rdt_machine() {
     // This release's kernel (6.1) and the newest Debian carries (unstable: 7.2, fs/resctrl).
     for kernel in ["", "unstable"] {
         let name = if kernel.is_empty() { "release" } else { kernel };
-        let r = boot(&qemu, &work, kernel, &intel, quirk, &dir.path().join(format!("intel-{name}")));
+        let r = boot(&qemu, &work, "resctrl.sh", kernel, &intel, quirk, &dir.path().join(format!("intel-{name}")));
         check_resctrl(&r, "GenuineIntel", LLC, 32);
-        let r = boot(&qemu, &work, kernel, &amd, "", &dir.path().join(format!("amd-{name}")));
+        let r = boot(&qemu, &work, "resctrl.sh", kernel, &amd, "", &dir.path().join(format!("amd-{name}")));
         check_resctrl(&r, "AuthenticAMD", LLC, 32);
     }
 
     // The device's U and E bits, through the kernel: never a number.
     for (inject, word) in [("unavailable", "Unavailable"), ("error", "Error")] {
         let m = format!("-cpu Skylake-Server -smp 2,sockets=2 {device},inject={inject}");
-        let r = boot(&qemu, &work, "", &m, &format!("{quirk} cs_mode=read"), &dir.path().join(inject));
+        let r = boot(&qemu, &work, "resctrl.sh", "", &m, &format!("{quirk} cs_mode=read"), &dir.path().join(inject));
         for k in ["read_occupancy", "read_mbm_total", "read_mbm_local"] {
             assert_eq!(r[k], word, "{k} with inject={inject}");
         }
     }
     // Without the quirk parameter the kernel keeps monitoring off on this stepping.
-    let r = boot(&qemu, &work, "", &intel, "cs_mode=read", &dir.path().join("quirk"));
+    let r = boot(&qemu, &work, "resctrl.sh", "", &intel, "cs_mode=read", &dir.path().join("quirk"));
     assert_eq!(num(&r, "detected"), 0, "the kernel's Skylake-SP quirk turns CMT off");
     assert_eq!(num(&r, "flag_cqm"), num(&r, "cpus"), "while CPUID still enumerates it");
+}
+
+/// The recording a guest printed, by (container_id, domain), in time order.
+fn recording(out: &Path) -> HashMap<(String, i64), Vec<Value>> {
+    let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
+    let mut by: HashMap<(String, i64), Vec<Value>> = HashMap::new();
+    for line in text.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        let key = (row["container_id"].as_str().unwrap().to_string(), row["domain"].as_i64().unwrap());
+        by.entry(key).or_default().push(row);
+    }
+    by
+}
+
+/// The rows of the container whose id starts with `prefix`, in `domain`.
+fn series<'a>(by: &'a HashMap<(String, i64), Vec<Value>>, prefix: &str, domain: i64) -> &'a [Value] {
+    by.iter()
+        .find(|((id, d), _)| id.starts_with(prefix) && *d == domain)
+        .map(|(_, v)| v.as_slice())
+        .unwrap_or_else(|| panic!("no rows for {prefix} in domain {domain}"))
+}
+
+/// Median occupancy of the rows that end in [from_ns, to_ns].
+fn occupancy(rows: &[Value], from_ns: i64, to_ns: i64) -> i64 {
+    let mut v: Vec<i64> = rows
+        .iter()
+        .filter(|r| (from_ns..=to_ns).contains(&r["time_ns"].as_i64().unwrap()))
+        .filter_map(|r| r["llc_occupancy_bytes"].as_i64())
+        .collect();
+    assert!(!v.is_empty(), "no occupancy between {from_ns} and {to_ns}");
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Bytes per second the rows count over the intervals that lie inside the stream's window, and
+/// what the stream says it moved.
+fn stream_rates(rows: &[Value], stream: &str) -> (f64, f64) {
+    let f = fields(stream);
+    let (start, end): (i64, i64) = (f["start_ns"].parse().unwrap(), f["end_ns"].parse().unwrap());
+    let moved: f64 = f["moved"].parse().unwrap();
+    let (mut bytes, mut ns) = (0i64, 0i64);
+    for r in rows {
+        let (t, i) = (r["time_ns"].as_i64().unwrap(), r["interval_ns"].as_i64().unwrap());
+        if let Some(b) = r["mbm_total_bytes"].as_i64().filter(|_| t - i >= start && t <= end) {
+            bytes += b;
+            ns += i;
+        }
+    }
+    assert!(ns > (end - start) / 2, "rows cover {ns} ns of the {} ns window", end - start);
+    (bytes as f64 * 1e9 / ns as f64, moved * 1e9 / (end - start) as f64)
+}
+
+fn near(what: &str, got: f64, want: f64, tolerance: f64) {
+    let err = (got - want) / want;
+    println!("{what}: {got:.0} for {want:.0} ({:+.2} %)", 100.0 * err);
+    assert!(err.abs() <= tolerance, "{what}: {got} for {want}, beyond {} %", tolerance * 100.0);
+}
+
+#[test]
+fn backends_on_the_rdt_machine() {
+    let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
+    if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
+        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
+        return;
+    }
+    let qemu = rdt_qemu();
+    let dir = tempfile::tempdir().unwrap();
+    let work = workloads(dir.path());
+    const LLC: i64 = 4 << 20;
+    let device = "-device rdt,llc-size=4M,llc-ways=16,rmids=32";
+    let models = [("Skylake-Server", "rdt=cmt,mbmtotal,mbmlocal"), ("EPYC-Rome", "")];
+    for (cpu, quirk) in models {
+        let machine = format!("-cpu {cpu} -smp 2,sockets=2 {device}");
+
+        // resctrl: the kernel's driver.
+        let out = dir.path().join(format!("resctrl-{cpu}"));
+        let r = boot(&qemu, &work, "backends.sh", "", &machine, &format!("{quirk} cs_backend=resctrl"), &out);
+        assert_eq!(num(&r, "monitor_exit"), 0);
+        assert_eq!(num(&r, "groups_left"), 0, "cachescope removed the groups it made");
+        let by = recording(&out);
+        assert!(by.values().flatten().all(|row| row["status"] == "ok"), "every row ok");
+        let settled = num(&r, "settled") * 1_000_000_000;
+        for name in ["ctr_early", "ctr_late"] {
+            let got = occupancy(series(&by, name, 0), settled - 2_000_000_000, settled);
+            near(&format!("{cpu} resctrl {name} occupancy vs footprint"), got as f64, (LLC / 4) as f64, 0.10);
+            // The kernel's mon_data of cachescope's group, read by the guest after `settled`.
+            let kernel: i64 = r["ref"]
+                .lines()
+                .find(|l| l.contains(&format!("group=cachescope-{name}-")))
+                .and_then(|l| fields(l).get("occ").and_then(|v| v.parse().ok()))
+                .unwrap_or_else(|| panic!("no reference for {name}"));
+            near(&format!("{cpu} resctrl {name} occupancy vs the kernel's mon_data"), got as f64, kernel as f64, 0.05);
+            assert!(series(&by, name, 1).iter().all(|row| row["llc_occupancy_bytes"] == 0), "{name} in domain 1");
+        }
+        let idle = occupancy(series(&by, "ctr_idle", 0), settled - 2_000_000_000, settled);
+        assert!(idle <= LLC / 20, "idle holds {idle}");
+        let (counted, moved) = stream_rates(series(&by, "ctr_stream", 0), &r["stream"]);
+        near(&format!("{cpu} resctrl stream bandwidth"), counted, moved, 0.05);
+
+        // msr: core groups through /dev/cpu/N/msr.
+        let out = dir.path().join(format!("msr-{cpu}"));
+        let r = boot(&qemu, &work, "backends.sh", "", &machine, &format!("{quirk} cs_backend=msr"), &out);
+        assert_eq!(num(&r, "insmod_msr"), 0);
+        assert_eq!(num(&r, "monitor_exit"), 0);
+        assert!(r.contains_key("done"));
+        let by = recording(&out);
+        assert!(by.values().flatten().all(|row| row["status"] == "ok"), "every row ok");
+        let settled = num(&r, "settled") * 1_000_000_000;
+        let core0 = series(&by, "cores 0", 0);
+        assert!(core0.iter().all(|row| row["rmid"].as_i64().is_some_and(|m| m >= 1)), "core 0 has an RMID");
+        let got = occupancy(core0, settled - 2_000_000_000, settled);
+        near(&format!("{cpu} msr core 0 occupancy vs footprint"), got as f64, (LLC / 4) as f64, 0.10);
+        let (counted, moved) = stream_rates(core0, &r["stream"]);
+        near(&format!("{cpu} msr core 0 stream bandwidth"), counted, moved, 0.05);
+    }
 }

@@ -1,0 +1,141 @@
+#!/bin/busybox sh
+# /init of the RDT machine's guest for cachescope's backends (scripts/guest-qemu.sh with
+# -device rdt): containers are cgroups under /sys/fs/cgroup/ctr running workloads of known
+# footprint (rdt-work) pinned to CPU 0 (L3 domain 0), and cachescope records them with the
+# backend named by the kernel parameter cs_backend (resctrl: the kernel's driver). The guest
+# prints "CS-RESULT key=value" lines and the recording (gzip, base64, between CS-ROWS-BEGIN and
+# CS-ROWS-END) for crates/cli/tests/rdt_qemu.rs; while cachescope runs it also reads the
+# kernel's own mon_data files of the groups cachescope made, as a reference.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t cgroup2 none /sys/fs/cgroup
+echo
+say() { echo "CS-RESULT $*"; }
+finish() { sync; poweroff -f; }
+R=/sys/fs/resctrl
+C=/sys/fs/cgroup/ctr
+LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
+say llc_bytes=$LLC
+backend=${cs_backend:-resctrl}
+say backend="$backend"
+if [ "$backend" = resctrl ]; then
+  mount -t resctrl resctrl $R
+  say mount=$?
+fi
+
+# start NAME COMMAND...: COMMAND in container NAME, pinned to CPU 0, output in /tmp/NAME.out.
+start() {
+  n=$1; shift
+  mkdir -p "$C/$n"
+  sh -c "echo \$\$ > $C/$n/cgroup.procs && exec taskset 0x1 $*" >"/tmp/$n.out" 2>&1 &
+}
+ready() {
+  for n in "$@"; do
+    i=0
+    until grep -q ready "/tmp/$n.out" 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  done
+}
+
+# tagged NAME: waits (at most 30 s) until the backend monitors container NAME's workload: with
+# resctrl, its pid is in the tasks file of the group cachescope made for it.
+tagged() {
+  pid=$(cat "$C/$1/cgroup.procs" | head -1)
+  i=0
+  while [ $i -lt 300 ]; do
+    case $backend in
+      resctrl) grep -qx "$pid" "$R"/mon_groups/cachescope-ctr_"$1"-*/tasks 2>/dev/null && return 0 ;;
+      *) return 0 ;;
+    esac
+    sleep 0.1; i=$((i + 1))
+  done
+  say "untagged_$1=1"
+}
+# settle NAME: NAME's workload (started with RDT_WORK_STOP=1) has written its buffer and
+# stopped; once the backend tags it, a process of the default group pushes every line out of
+# the LLC (and keeps its pages), and the workload goes on: the lines it then holds are all its
+# own, filled under its RMID (lines belong to the RMID that filled them).
+settle() {
+  i=0
+  until grep -q allocated "/tmp/$1.out" 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  tagged "$1"
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >"/tmp/flush-$1.out" 2>&1 &
+  ready "flush-$1"
+  kill -CONT "$(cat "$C/$1/cgroup.procs" | head -1)"
+}
+# The kernel's own mon_data of each group cachescope made, beside its rows: a reference we did
+# not write. Group names carry the container's cgroup path.
+reference() {
+  [ "$backend" = resctrl ] || return 0
+  for g in "$R"/mon_groups/*/; do
+    [ -d "$g" ] || continue
+    echo "CS-REF uptime=$(cut -d' ' -f1 /proc/uptime) group=$(basename "$g") occ=$(cat "$g/mon_data/mon_L3_00/llc_occupancy") mbm=$(cat "$g/mon_data/mon_L3_00/mbm_total_bytes")"
+  done
+}
+
+if [ "$backend" = msr ]; then
+  # Core groups: core 0 (L3 domain 0) runs only the workloads; this shell, cachescope's main
+  # thread and everything else stay on core 1 where they can (the reader of domain 0 must run
+  # on core 0). The msr backend writes PQR_ASSOC once per core.
+  insmod /modules/msr.ko
+  say insmod_msr=$?
+  taskset -p 0x2 $$ >/dev/null
+  start quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 16
+  i=0
+  until grep -q allocated /tmp/quarter.out 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  # Lines filled so far belong to RMID 0: push them all out before cachescope starts.
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
+  ready flush
+  cachescope monitor --backend msr --cores 0,1 --pmu off --interval 100ms --jsonl --duration 14s \
+    >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 1
+  kill -CONT "$(cat $C/quarter/cgroup.procs | head -1)"
+  ready quarter
+  sleep 4
+  say settled="$(date +%s)"
+  start stream rdt-work stream 16M 5 $((LLC * 4))
+  wait $CS
+  say monitor_exit=$?
+  say stream="$(tr '\n' ' ' </tmp/stream.out)"
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
+  say done=1
+  finish
+fi
+
+# A container that exists before cachescope starts (adopted then), one that starts while it
+# runs, both holding a quarter of the LLC, and an idle one.
+start early env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 22
+start idle rdt-work idle 22
+cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
+  --jsonl --duration 18s >/tmp/rows.jsonl 2>/tmp/err.txt &
+CS=$!
+start late env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 20
+settle early
+ready early
+# late stopped once it wrote its buffer: it is settled the same way.
+settle late
+ready late
+sleep 3
+say settled="$(date +%s)"
+reference
+# A stream of 16 MiB/s through 4 x the LLC, for 5 s.
+start stream rdt-work stream 16M 5 $((LLC * 4))
+ready stream
+sleep 3
+reference
+wait $CS
+say monitor_exit=$?
+say stream="$(tr '\n' ' ' </tmp/stream.out)"
+sed 's/^/CS-STDERR /' /tmp/err.txt
+[ "$backend" = resctrl ] && say groups_left="$(ls $R/mon_groups | wc -l)"
+echo CS-ROWS-BEGIN
+gzip -c /tmp/rows.jsonl | base64
+echo CS-ROWS-END
+say done=1
+finish
