@@ -32,11 +32,16 @@ say domains="$(ls $R/mon_data | tr '\n' ,)"
 file() { echo "$R/mon_groups/$1/mon_data/mon_L3_0${3:-0}/$2"; }
 occ() { cat "$(file "$1" llc_occupancy "$2")"; }
 mbm() { cat "$(file "$1" mbm_total_bytes "$2")"; }
+# samples GROUP: the median of 9 reads of its occupancy 0.1 s apart (the victim refills its lines
+# after every pause and the thrasher takes them again within milliseconds: one read is a coin).
+samples() {
+  for _ in 1 2 3 4 5 6 7 8 9; do occ "$1"; sleep 0.1; done | sort -n | sed -n 5p
+}
 # run GROUP COMMAND...: COMMAND in a new MON group, pinned to CPU 0, output in /tmp/GROUP.out.
 run() {
   g=$1; shift
   mkdir -p "$R/mon_groups/$g"
-  sh -c "echo \$\$ > $R/mon_groups/$g/tasks && exec taskset 0x1 $*" >"/tmp/$g.out" 2>&1 &
+  taskset 0x1 sh -c "echo \$\$ > $R/mon_groups/$g/tasks && exec $*" >"/tmp/$g.out" 2>&1 &
   PIDS="$PIDS $!"
 }
 # finished: waits for the workloads started with run (not for the flushers, which stay).
@@ -85,6 +90,7 @@ run half env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 7
 settle quarter half
 run idle rdt-work idle 7
 ready quarter half idle
+say idle_mbm0="$(mbm idle)"
 sleep 3
 say quarter_occ="$(occ quarter)"
 say half_occ="$(occ half)"
@@ -106,11 +112,11 @@ run victim env RDT_WORK_STOP=1 RDT_WORK_PAUSE_MS=50 rdt-work touch $((LLC / 2)) 
 settle victim
 ready victim
 sleep 2
-say victim_before="$(occ victim)"
+say victim_before="$(samples victim)"
 run thrash rdt-work thrash $((LLC * 4)) 6
 ready thrash
-sleep 3
-say victim_during="$(occ victim)"
+sleep 2
+say victim_during="$(samples victim)"
 say thrash_occ="$(occ thrash)"
 say thrash_mbm_ok="$([ "$(mbm thrash)" -gt $((LLC * 4)) ] && echo 1 || echo 0)"
 finished
