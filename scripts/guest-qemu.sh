@@ -76,4 +76,4 @@ timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64
   -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || echo "guest-qemu: qemu exited $?" >&2
 tr -d '\r' <"$out/console.log" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
   | gunzip >"$out/rows.jsonl" 2>/dev/null || true
-grep -a "^CS-" "$out/console.log" | grep -av "^CS-ROWS" | tr -d '\r' || true
+grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS" | tr -d "\r" || true

@@ -25,14 +25,30 @@ if [ "$backend" = resctrl ]; then
   mount -t resctrl resctrl $R
   say mount=$?
 fi
+if [ "$backend" = msr ]; then
+  insmod /modules/msr.ko
+  say insmod_msr=$?
+fi
 if [ "$backend" = kmod ]; then
   # The module's real path: CPUID enumeration, PQR_ASSOC at every switch, EVTSEL/CTR reads.
-  # Every 10 ms rather than 1 ms: the same path, a tenth of the rows to carry over the console.
-  insmod /cachescope.ko interval_us=10000
+  # Every 100 ms rather than 1 ms: the same path, with rows a test build of cachescope keeps up
+  # with under TCG and that the console carries in seconds.
+  insmod /cachescope.ko interval_us=100000
   say insmod_kmod=$?
   dmesg | grep "cachescope:" | sed 's/^/CS-DMESG /'
 fi
 
+# cal: function-call interrupts so far, all CPUs (what each resctrl read costs: an IPI to a CPU
+# of the domain unless the reader is on one).
+cal() {
+  awk '/^ *CAL:/ { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print s + 0 }' /proc/interrupts
+}
+# rows: the recording, for the host (gzip, base64).
+rows() {
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
+}
 # start NAME COMMAND...: COMMAND in container NAME, pinned to CPU 0, output in /tmp/NAME.out.
 start() {
   n=$1; shift
@@ -83,12 +99,10 @@ reference() {
   done
 }
 
-if [ "$backend" = msr ]; then
+if [ "$backend" = msr ] && [ "${cs_mode:-}" != inject ]; then
   # Core groups: core 0 (L3 domain 0) runs only the workloads; this shell, cachescope's main
   # thread and everything else stay on core 1 where they can (the reader of domain 0 must run
   # on core 0). The msr backend writes PQR_ASSOC once per core.
-  insmod /modules/msr.ko
-  say insmod_msr=$?
   taskset -p 0x2 $$ >/dev/null
   start quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
   i=0
@@ -102,9 +116,9 @@ if [ "$backend" = msr ]; then
   sleep 1
   kill -CONT "$(cat $C/quarter/cgroup.procs | head -1)"
   ready quarter
-  sleep 4
+  sleep 2.5
   say settled="$(date +%s)"
-  start stream rdt-work stream 16M 5 $((LLC * 4))
+  start stream rdt-work stream 16M 4 $((LLC * 4))
   wait $LAST
   # cachescope runs until told: SIGINT ends it cleanly, whatever the guest's pace was.
   sleep 0.5
@@ -113,9 +127,26 @@ if [ "$backend" = msr ]; then
   say monitor_exit=$?
   say stream="$(tr '\n' ' ' </tmp/stream.out)"
   sed 's/^/CS-STDERR /' /tmp/err.txt
-  echo CS-ROWS-BEGIN
-  gzip -c /tmp/rows.jsonl | base64
-  echo CS-ROWS-END
+  rows
+  say done=1
+  finish
+fi
+
+# cs_mode=inject (the device sets U or E on every read): one container, a short run; every row
+# must say so, with no number.
+if [ "${cs_mode:-}" = inject ]; then
+  start one rdt-work touch $((LLC / 4)) 60
+  ready one
+  if [ "$backend" = msr ]; then
+    cachescope monitor --backend msr --cores 0,1 --pmu off --interval 100ms --jsonl --duration 3s \
+      >/tmp/rows.jsonl 2>/tmp/err.txt
+  else
+    cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
+      --jsonl --duration 3s >/tmp/rows.jsonl 2>/tmp/err.txt
+  fi
+  say monitor_exit=$?
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  rows
   say done=1
   finish
 fi
@@ -124,9 +155,8 @@ fi
 # runs, both holding a quarter of the LLC, and an idle one (all longer than the run).
 start early env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
 start idle rdt-work idle 120
-interval=100ms
-[ "$backend" = kmod ] && interval=10ms
-cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval $interval \
+cal_before=$(cal)
+cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
   --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
 # The module adopts the cgroups that exist when the session sets its rules.
@@ -137,14 +167,14 @@ ready early
 # late stopped once it wrote its buffer: it is settled the same way.
 settle late
 ready late
-sleep 3
+sleep 2.5
 say settled="$(date +%s)"
 reference
-# A stream of 16 MiB/s through 4 x the LLC, for 5 s.
-start stream rdt-work stream 16M 5 $((LLC * 4))
+# A stream of 16 MiB/s through 4 x the LLC, for 4 s.
+start stream rdt-work stream 16M 4 $((LLC * 4))
 STREAM=$LAST
 ready stream
-sleep 3
+sleep 2
 reference
 wait $STREAM
 # cachescope runs until told: SIGINT ends it cleanly, whatever the guest's pace was.
@@ -152,6 +182,7 @@ sleep 0.5
 kill -INT $CS
 wait $CS
 say monitor_exit=$?
+say cal="$(($(cal) - cal_before))"
 say stream="$(tr '\n' ' ' </tmp/stream.out)"
 sed 's/^/CS-STDERR /' /tmp/err.txt
 [ "$backend" = resctrl ] && say groups_left="$(ls $R/mon_groups | wc -l)"
@@ -160,8 +191,6 @@ if [ "$backend" = kmod ]; then
   say rmmod=$?
   dmesg | grep "cachescope:" | sed 's/^/CS-DMESG /'
 fi
-echo CS-ROWS-BEGIN
-gzip -c /tmp/rows.jsonl | base64
-echo CS-ROWS-END
+rows
 say done=1
 finish

@@ -85,13 +85,13 @@ fi
 
 # Occupancy: a quarter and a half of the LLC held by two workloads side by side (3/4 of the
 # cache in all, LRU keeps both), and one that sleeps.
-run quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 7
-run half env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 7
+run quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 5
+run half env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 5
 settle quarter half
-run idle rdt-work idle 7
+run idle rdt-work idle 5
 ready quarter half idle
 say idle_mbm0="$(mbm idle)"
-sleep 3
+sleep 2
 say quarter_occ="$(occ quarter)"
 say half_occ="$(occ half)"
 say idle_occ="$(occ idle)"
@@ -101,7 +101,7 @@ finished
 
 # Bandwidth: 16 MiB/s read from a buffer 4 x the LLC (every line a miss); the workload reads
 # the kernel's counter just before and after its window.
-run stream env RDT_WORK_STOP=1 RDT_WORK_COUNTER="$(file stream mbm_total_bytes)" rdt-work stream 16M 4 $((LLC * 4))
+run stream env RDT_WORK_STOP=1 RDT_WORK_COUNTER="$(file stream mbm_total_bytes)" rdt-work stream 16M 3 $((LLC * 4))
 settle stream
 finished
 say stream="$(tr '\n' ' ' </tmp/stream.out)"
@@ -111,9 +111,9 @@ say stream="$(tr '\n' ' ' </tmp/stream.out)"
 run victim env RDT_WORK_STOP=1 RDT_WORK_PAUSE_MS=50 rdt-work touch $((LLC / 2)) 10
 settle victim
 ready victim
-sleep 2
+sleep 1
 say victim_before="$(samples victim)"
-run thrash rdt-work thrash $((LLC * 4)) 6
+run thrash rdt-work thrash $((LLC * 4)) 5
 ready thrash
 sleep 2
 say victim_during="$(samples victim)"
