@@ -64,6 +64,7 @@ done
 mods=$(dirname "$vmlinuz")/modules-$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 mkdir -p "$root/modules"
 [ -d "$mods" ] && cp "$mods"/*.ko "$root/modules/" 2>/dev/null || true
+mkdir -p "$root/lib" && cp scripts/lib/guest-init.sh "$root/lib/init.sh"
 cp "$guest" "$root/init" && chmod +x "$root/init"
 (cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) >"$out/initramfs.cpio"
 

@@ -2,15 +2,8 @@
 # /init of the QEMU guest (scripts/guest-qemu.sh): loads the module in emulation mode, runs
 # cachescope with the kmod backend while cgroups come and go, and prints what the host-side
 # test checks: "CS-RESULT key=value" lines, the recording (gzip, base64) between markers.
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t cgroup2 none /sys/fs/cgroup
-say() { echo "CS-RESULT $*"; }
+. /lib/init.sh
 usage() { sed -n 's/^usage_usec //p' "/sys/fs/cgroup/ctr/$1/cpu.stat"; }
-finish() { sync; poweroff -f; }
 
 # Refusals: no RDT under TCG, parameters out of range.
 insmod /cachescope.ko 2>/dev/null; say refuse_no_rdt=$?

@@ -45,6 +45,20 @@ fn rdt_qemu() -> String {
     stdout.lines().last().unwrap_or_default().trim().to_string()
 }
 
+/// What every test here needs: the RDT machine's QEMU, a scratch directory and the workloads;
+/// None, after saying why, where a guest cannot be made.
+fn machine() -> Option<(String, tempfile::TempDir, PathBuf)> {
+    let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
+    if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
+        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
+        return None;
+    }
+    let qemu = rdt_qemu();
+    let dir = tempfile::tempdir().unwrap();
+    let work = workloads(dir.path());
+    Some((qemu, dir, work))
+}
+
 /// The workloads, a static binary for the busybox guest.
 fn workloads(dir: &Path) -> PathBuf {
     let bin = dir.join("rdt-work");
@@ -167,14 +181,7 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
 
 #[test]
 fn kernel_resctrl_on_the_rdt_machine() {
-    let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
-    if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
-        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
-        return;
-    }
-    let qemu = rdt_qemu();
-    let dir = tempfile::tempdir().unwrap();
-    let work = workloads(dir.path());
+    let Some((qemu, dir, work)) = machine() else { return };
     const LLC: i64 = 4 << 20;
     let device = "-device rdt,llc-size=4M,llc-ways=16,rmids=32";
     // Skylake-SP stepping 4 (QEMU's model) has the CMT erratum: the kernel turns monitoring off
@@ -310,14 +317,7 @@ fn near(what: &str, got: f64, want: f64, tolerance: f64) {
 
 #[test]
 fn backends_on_the_rdt_machine() {
-    let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
-    if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
-        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
-        return;
-    }
-    let qemu = rdt_qemu();
-    let dir = tempfile::tempdir().unwrap();
-    let work = workloads(dir.path());
+    let Some((qemu, dir, work)) = machine() else { return };
     const LLC: i64 = 4 << 20;
     let device = "-device rdt,llc-size=4M,llc-ways=16,rmids=32";
     let models = [("Skylake-Server", "rdt=cmt,mbmtotal,mbmlocal"), ("EPYC-Rome", "")];
@@ -393,14 +393,7 @@ fn backends_on_the_rdt_machine() {
 
 #[test]
 fn device_errors_reach_the_rows_never_as_numbers() {
-    let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
-    if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
-        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
-        return;
-    }
-    let qemu = rdt_qemu();
-    let dir = tempfile::tempdir().unwrap();
-    let work = workloads(dir.path());
+    let Some((qemu, dir, work)) = machine() else { return };
     for (inject, status) in [("unavailable", "unavailable"), ("error", "error")] {
         let machine = format!("-cpu Skylake-Server -smp 2,sockets=2 -device rdt,llc-size=4M,inject={inject}");
         for backend in ["resctrl", "msr"] {

@@ -6,15 +6,7 @@
 # prints "CS-RESULT key=value" lines and the recording (gzip, base64, between CS-ROWS-BEGIN and
 # CS-ROWS-END) for crates/cli/tests/rdt_qemu.rs; while cachescope runs it also reads the
 # kernel's own mon_data files of the groups cachescope made, as a reference.
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t cgroup2 none /sys/fs/cgroup
-echo
-say() { echo "CS-RESULT $*"; }
-finish() { sync; poweroff -f; }
+. /lib/init.sh
 R=/sys/fs/resctrl
 C=/sys/fs/cgroup/ctr
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))

@@ -5,16 +5,9 @@
 # lines for the host-side test (crates/cli/tests/rdt_qemu.rs).
 # Kernel parameters that reach here: cs_mode=full (default) or cs_mode=read (mount, one group,
 # one read of each file: for the device's injected U and E bits).
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-say() { echo "CS-RESULT $*"; }
-finish() { sync; poweroff -f; }
+. /lib/init.sh
 R=/sys/fs/resctrl
 
-echo
 say vendor="$(sed -n 's/^vendor_id[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 say cpus="$(grep -c '^processor' /proc/cpuinfo)"
 for f in cqm cqm_llc cqm_occup_llc cqm_mbm_total cqm_mbm_local; do
