@@ -19,6 +19,7 @@ APT_NEEDS=(
   "chromium:chromium"  # renders report --html as a person sees it (crates/cli/tests/report_html.rs)
   "tesseract:tesseract-ocr"  # reads the rendered charts' titles and legends back
   "tmux:tmux"          # the live view as a person sees it, at 80, 100 and 160 columns
+  "pqos:intel-cmt-cat"  # Intel's pqos: a reference reader on the RDT machine (tools/rdt-qemu)
 )
 # Files the build or the tests need (headers, data), checked by path: "path:package".
 APT_HEADERS=(
