@@ -22,6 +22,9 @@
 //! - Intel's pqos, in MSR mode (core 0) and in OS mode (a pid), on the same workloads as
 //!   cachescope right after it (they take turns: two owners of PQR_ASSOC cannot share): within
 //!   5 % of each other;
+//! - limbo, the kernel's and ours (the module's; the resctrl backend meeting the kernel's): with
+//!   three RMIDs for groups, a freed RMID whose lines are cached is not handed out until a
+//!   writer has evicted them, and the next owner does not inherit them;
 //! - every backend prints its MSR accesses per value read (the device counts them), and the
 //!   device's U and E bits reach the rows as `unavailable` and `error` with no number.
 #![allow(clippy::unwrap_used)]
@@ -495,4 +498,52 @@ fn cachescope_and_pqos_read_the_same() {
     let theirs = last_median(&pqos_column(&r, "OS", "LLC[KB]"), 4) * 1024.0;
     near("OS mode, 1 MiB working set: pqos vs footprint", theirs, LLC / 4.0, 0.10);
     near("OS mode, 1 MiB working set: cachescope vs pqos", ours, theirs, 0.05);
+}
+
+#[test]
+fn a_freed_rmid_waits_in_limbo_until_its_lines_are_gone() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    // Three RMIDs for groups (RMID 0 is the default's); the limbo threshold is 4 MiB / 4.
+    let machine = "-cpu Skylake-Server -smp 2,sockets=2 -device rdt,llc-size=4M,rmids=4";
+    let quirk = "rdt=cmt,mbmtotal,mbmlocal";
+
+    // The kernel's limbo, through resctrl's files.
+    let append = format!("{quirk} cs_mode=limbo");
+    let g = Guest { script: "resctrl.sh", kernel: "", machine, append: &append, kmod: false };
+    let r = boot(&qemu, &work, &g, &dir.path().join("kernel"));
+    assert_eq!(num(&r, "three_groups"), 0);
+    assert!(num(&r, "a_occ") > num(&r, "threshold"), "a holds more than the threshold");
+    assert_eq!(num(&r, "rmdir_a"), 0);
+    assert_ne!(num(&r, "mkdir_dirty"), 0, "no RMID while a's lines are cached");
+    assert_eq!(r["last_cmd_status"], "Out of RMIDs");
+    assert_eq!(num(&r, "mkdir_clean"), 0, "the RMID is free once they are evicted");
+    assert!(num(&r, "d_occ") < num(&r, "threshold"), "d does not inherit a's lines");
+
+    // Ours: the module's limbo (kmod), and the resctrl backend waiting on the kernel's.
+    for backend in ["kmod", "resctrl"] {
+        let out = dir.path().join(backend);
+        let append = format!("{quirk} cs_mode=limbo cs_backend={backend}");
+        let g = Guest { script: "backends.sh", kernel: "", machine, append: &append, kmod: backend == "kmod" };
+        let r = boot(&qemu, &work, &g, &out);
+        assert_eq!(num(&r, "monitor_exit"), 0);
+        assert_eq!(num(&r, "rmdir_a"), 0);
+        let by = recording(&out);
+        let d = series(&by, "ctr_d", 0);
+        let thrash = num(&r, "thrash_start") * 1_000_000_000;
+        let first_ok = d
+            .iter()
+            .find(|row| row["status"] == "ok")
+            .and_then(|row| row["time_ns"].as_i64())
+            .unwrap_or_else(|| panic!("{backend}: d never got an RMID"));
+        let waited =
+            d.iter().filter(|row| row["status"] == "no_rmid" && row["time_ns"].as_i64() < Some(thrash)).count();
+        println!(
+            "{backend}: d waited {waited} rows without an RMID, got one {:.1} s after the writer started",
+            (first_ok - thrash) as f64 / 1e9
+        );
+        assert!(waited > 0, "{backend}: d waited while a's RMID was in limbo");
+        assert!(first_ok >= thrash, "{backend}: d got an RMID before a's lines were evicted");
+        let inherited = d.iter().filter_map(|row| row["llc_occupancy_bytes"].as_i64()).max().unwrap_or(0);
+        assert!(inherited < (1 << 20), "{backend}: d holds {inherited} B, not a's lines");
+    }
 }

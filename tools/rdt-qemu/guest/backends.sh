@@ -143,6 +143,40 @@ if [ "${cs_mode:-}" = inject ]; then
   finish
 fi
 
+# cs_mode=limbo (-device rdt,rmids=4: three RMIDs for containers): a holds half the LLC, b and
+# c sleep; a stops and its cgroup goes; d arrives and must wait while a's lines are cached (its
+# RMID is in limbo), then get an RMID once a writer in the root cgroup has evicted them.
+if [ "${cs_mode:-}" = limbo ]; then
+  cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
+    --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 1
+  start a env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 600
+  A=$LAST
+  start b rdt-work idle 600
+  start c rdt-work idle 600
+  settle a
+  ready a
+  sleep 1.5
+  kill $A
+  wait $A
+  rmdir $C/a
+  say rmdir_a=$?
+  say a_gone="$(date +%s)"
+  start d rdt-work idle 600
+  sleep 2
+  say thrash_start="$(date +%s)"
+  taskset 0x1 rdt-work thrash $((LLC * 4)) 3 >/dev/null 2>&1
+  sleep 3
+  kill -INT $CS
+  wait $CS
+  say monitor_exit=$?
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  rows
+  say done=1
+  finish
+fi
+
 # A container that exists before cachescope starts (adopted then), one that starts while it
 # runs, both holding a quarter of the LLC, and an idle one (all longer than the run).
 start early env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120

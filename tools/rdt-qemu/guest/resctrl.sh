@@ -76,6 +76,34 @@ if [ "${cs_mode:-full}" = read ]; then
   finish
 fi
 
+# cs_mode=limbo (-device rdt,rmids=4: RMIDs 1-3 for groups): a freed RMID whose lines are still
+# cached is not handed out again until they are gone.
+if [ "${cs_mode:-}" = limbo ]; then
+  say threshold="$(cat $R/info/L3_MON/max_threshold_occupancy)"
+  run a env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 600
+  settle a
+  ready a
+  mkdir $R/mon_groups/b $R/mon_groups/c
+  say three_groups=$?
+  say a_occ="$(occ a)"
+  kill $PIDS
+  finished
+  rmdir $R/mon_groups/a
+  say rmdir_a=$?
+  # Its 2 MiB are still in the LLC: the kernel keeps the RMID in limbo.
+  mkdir $R/mon_groups/d 2>/dev/null
+  say mkdir_dirty=$?
+  say last_cmd_status="$(cat $R/info/last_cmd_status)"
+  # A writer in the default group evicts them; the limbo worker (every second) frees the RMID.
+  taskset 0x1 rdt-work thrash $((LLC * 4)) 3 >/dev/null 2>&1
+  n=0
+  until mkdir $R/mon_groups/d 2>/dev/null || [ $n -ge 50 ]; do sleep 0.2; n=$((n + 1)); done
+  say mkdir_clean="$([ -d $R/mon_groups/d ] && echo 0 || echo 1)"
+  say d_occ="$(occ d)"
+  say done=1
+  finish
+fi
+
 # Occupancy: a quarter and a half of the LLC held by two workloads side by side (3/4 of the
 # cache in all, LRU keeps both), and one that sleeps.
 run quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 5
