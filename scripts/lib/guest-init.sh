@@ -1,15 +1,35 @@
 # shellcheck shell=sh
 # The start of every guest's /init (scripts/guest-qemu.sh puts this file at /lib/init.sh): the
-# kernel's file systems, and how a guest reports. Guest scripts begin with ". /lib/init.sh".
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-mount -t tmpfs tmp /tmp
-mount -t cgroup2 none /sys/fs/cgroup
+# kernel's file systems, and how a guest reports. Guest scripts begin with
+# '. "${CS_INIT:-/lib/init.sh}"' (on a host, CS_INIT names this file).
+# With CS_HOST=1 the same scripts run on a real host instead (scripts/hw-check.sh runs them in
+# a private mount namespace): /tmp is a private tmpfs, nothing else is mounted, modules come
+# from the host's kernel, and the script exits instead of powering off.
+export PATH=${CS_HOST:+$PATH:}/bin
+if [ -n "${CS_HOST:-}" ]; then
+  mount -t tmpfs tmp /tmp
+else
+  mount -t proc proc /proc
+  mount -t sysfs sys /sys
+  mount -t devtmpfs dev /dev
+  mount -t tmpfs tmp /tmp
+  mount -t cgroup2 none /sys/fs/cgroup
+fi
 # A line the host-side test reads: "CS-RESULT key=value".
 say() { echo "CS-RESULT $*"; }
 # The end: written data out, power off (QEMU exits).
-finish() { sync; poweroff -f; }
+finish() {
+  sync
+  if [ -n "${CS_HOST:-}" ]; then exit 0; fi
+  poweroff -f
+}
+# load_msr: /dev/cpu/N/msr (the guest carries msr.ko from its kernel's package).
+load_msr() {
+  if [ -n "${CS_HOST:-}" ]; then modprobe msr; else insmod /modules/msr.ko; fi
+}
+# mount_resctrl: resctrl at /sys/fs/resctrl, unless it is there already (on a host).
+mount_resctrl() {
+  grep -q " /sys/fs/resctrl resctrl " /proc/mounts || mount -t resctrl resctrl /sys/fs/resctrl
+}
 # The console's first line may carry the firmware's escape sequences: start on a clean one.
 echo

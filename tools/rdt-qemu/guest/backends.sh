@@ -6,7 +6,7 @@
 # prints "CS-RESULT key=value" lines and the recording (gzip, base64, between CS-ROWS-BEGIN and
 # CS-ROWS-END) for crates/cli/tests/rdt_qemu.rs; while cachescope runs it also reads the
 # kernel's own mon_data files of the groups cachescope made, as a reference.
-. /lib/init.sh
+. "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 C=/sys/fs/cgroup/ctr
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -14,11 +14,11 @@ say llc_bytes=$LLC
 backend=${cs_backend:-resctrl}
 say backend="$backend"
 if [ "$backend" = resctrl ]; then
-  mount -t resctrl resctrl $R
+  mount_resctrl
   say mount=$?
 fi
 if [ "$backend" = msr ]; then
-  insmod /modules/msr.ko
+  load_msr
   say insmod_msr=$?
 fi
 if [ "$backend" = kmod ]; then

@@ -7,13 +7,13 @@
 # the new owner's RMID (lines belong to the RMID that filled them).
 # Prints "CS-RESULT key=value" lines, cachescope's rows (CS-ROWS) and pqos's CSV (CS-PQOS-MSR,
 # CS-PQOS-OS) for crates/cli/tests/rdt_qemu.rs.
-. /lib/init.sh
+. "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 C=/sys/fs/cgroup/ctr
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
 say llc_bytes=$LLC
 mkdir -p /var/lock "$C"
-insmod /modules/msr.ko
+load_msr
 say insmod_msr=$?
 # This shell and everything it starts stay on core 1 unless pinned to core 0.
 taskset -p 0x2 $$ >/dev/null
@@ -76,7 +76,7 @@ wait $S
 say stream="$(tr '\n' ' ' </tmp/stream.out)"
 
 # OS mode: the kernel's resctrl; cachescope's group for the container, then pqos's for the pid.
-mount -t resctrl resctrl $R
+mount_resctrl
 say mount=$?
 mkdir "$C/os"
 taskset 0x1 sh -c "echo \$\$ > $C/os/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 600" >/tmp/os.out 2>&1 &
