@@ -184,7 +184,13 @@ fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, Strin
     }
     if r.get("done").map(String::as_str) != Some("1") {
         let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
-        let tail: Vec<&str> = console.lines().rev().take(40).collect();
+        // Kept past the scratch directory, for whoever reads the failure.
+        let keep = root()
+            .join("target/tmp")
+            .join(format!("rdt-{}.console.log", out.file_name().unwrap_or_default().to_string_lossy()));
+        let kept = std::fs::create_dir_all(root().join("target/tmp")).and_then(|()| std::fs::write(&keep, &console));
+        println!("console kept in {} ({kept:?})", keep.display());
+        let tail: Vec<&str> = console.lines().rev().take(60).collect();
         panic!(
             "the guest did not run to the end; console ends:\n{}",
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -561,13 +567,13 @@ fn cachescope_and_pqos_read_the_same() {
     // MSR mode, core 0 holding a quarter of the LLC (pqos: KiB).
     let end = num(&r, "msr_occ_end") * 1_000_000_000;
     let ours = occupancy(core0, end - 2_000_000_000, end) as f64;
-    let theirs = last_median(&pqos_column(&r, "MSR-OCC", "LLC[KB]"), 4) * 1024.0;
+    let theirs = last_median(&pqos_column(&r, "MSR-OCC", "LLC[KB]"), 20) * 1024.0;
     near("MSR mode, 1 MiB working set: pqos vs footprint", theirs, llc / 4.0, 0.10);
     near("MSR mode, 1 MiB working set: cachescope vs pqos", ours, theirs, 0.05);
 
     // MSR mode, a 16 MiB/s stream (pqos: MiB/s).
-    // cachescope reads 4 s of the stream's 12, pqos the next 4.
-    let (counted, moved) = stream_rates(core0, &r["stream"], 0.25);
+    // cachescope reads about 4 s of the stream's 12 (3 s seen on a loaded host), pqos the next 4.
+    let (counted, moved) = stream_rates(core0, &r["stream"], 0.125);
     let theirs = last_median(&pqos_column(&r, "MSR-BW", "MBL[MB/s]"), 4) * (1 << 20) as f64;
     near("MSR mode, stream: pqos vs the bytes read", theirs, moved, 0.05);
     near("MSR mode, stream: cachescope vs pqos", counted, theirs, 0.05);
@@ -575,7 +581,7 @@ fn cachescope_and_pqos_read_the_same() {
     // OS mode: cachescope's group for the container, then pqos's for its pid.
     let end = num(&r, "os_occ_end") * 1_000_000_000;
     let ours = occupancy(os, end - 2_000_000_000, end) as f64;
-    let theirs = last_median(&pqos_column(&r, "OS", "LLC[KB]"), 4) * 1024.0;
+    let theirs = last_median(&pqos_column(&r, "OS", "LLC[KB]"), 20) * 1024.0;
     near("OS mode, 1 MiB working set: pqos vs footprint", theirs, llc / 4.0, 0.10);
     near("OS mode, 1 MiB working set: cachescope vs pqos", ours, theirs, 0.05);
 }

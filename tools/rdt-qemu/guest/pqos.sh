@@ -5,6 +5,9 @@
 # Two tools cannot own PQR_ASSOC (or a pid's group) at once, so they take turns; before each
 # turn the workload stops, every line is pushed out of the LLC and the workload goes on under
 # the new owner's RMID (lines belong to the RMID that filled them).
+# Occupancy is read every 100 ms by both (each MSR read is an IPI handled on core 0, under its
+# RMID); pqos reads bandwidth every 500 ms (at 100 ms its MB/s, printed with one decimal, were
+# 6 % low: it divides by the nominal interval).
 # Prints "CS-RESULT key=value" lines, cachescope's rows (CS-ROWS) and pqos's CSV (CS-PQOS-MSR,
 # CS-PQOS-OS) for crates/cli/tests/rdt_qemu.rs.
 . "${CS_INIT:-/lib/init.sh}"
@@ -52,7 +55,7 @@ say msr_occ_end="$(date +%s)"
 kill -STOP $Q
 stop_cachescope msr_occ
 flush
-pqos --iface=msr --disable-mon-ipc --disable-mon-llc_miss -m "llc:0;mbl:0" -t 4 -i 5 -u csv \
+pqos --iface=msr --disable-mon-ipc --disable-mon-llc_miss -m "llc:0;mbl:0" -t 4 -i 1 -u csv \
   -o /tmp/pqos-msr-occ.csv >/tmp/pqos.out 2>&1 &
 P=$!
 sleep 1
@@ -94,7 +97,7 @@ sleep 2
 say os_occ_end="$(date +%s)"
 kill -STOP $Q
 stop_cachescope os_occ
-pqos -I --disable-mon-ipc --disable-mon-llc_miss -p "llc:$Q;mbl:$Q" -t 5 -i 5 -u csv \
+pqos -I --disable-mon-ipc --disable-mon-llc_miss -p "llc:$Q;mbl:$Q" -t 5 -i 1 -u csv \
   -o /tmp/pqos-os.csv >>/tmp/pqos.out 2>&1 &
 P=$!
 # pqos moves the pid into a group of its own; then the lines go, and the workload refills them.

@@ -146,7 +146,7 @@ run thrash rdt-work thrash $((LLC * 4)) 60
 ready thrash
 sleep 2
 say victim_during="$(samples victim)"
-say thrash_occ="$(occ thrash)"
+say thrash_occ="$(samples thrash)"
 say thrash_mbm_ok="$([ "$(mbm thrash)" -gt $((LLC * 4)) ] && echo 1 || echo 0)"
 # Both run until told (a loaded host stretches the reads above): stop them now.
 # shellcheck disable=SC2086 # a list of pids
