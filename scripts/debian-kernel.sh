@@ -15,17 +15,9 @@ if [ -z "$suite" ]; then
   kver=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
   [ -n "$kver" ] || { echo "debian-kernel: linux-headers-amd64 is not installed" >&2; exit 1; }
 else
-  # The suite's index is fetched at most once a day.
-  lists=$cache/apt-$suite
   # shellcheck source=scripts/lib/apt-suite.sh
   . "$here/lib/apt-suite.sh"
-  if [ -z "$(find "$lists/lists" -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-    apt_suite "$lists" "$suite" deb
-  else
-    APT_SUITE_OPTS=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$lists/etc"
-      -o Dir::State::Lists="$lists/lists" -o Dir::Cache="$lists/cache" -o APT::Sandbox::User=root
-      -o Dir::State::Status=/dev/null -o APT::Architectures=amd64)
-  fi
+  apt_suite "$cache/apt-$suite" "$suite" deb
   apt_opts=("${APT_SUITE_OPTS[@]}")
   kver=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null \
     | sed -n 's/^ *Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1)

@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # apt_suite DIR SUITE TYPES: a private apt configuration in DIR for one Debian suite (TYPES: deb,
 # deb-src or "deb deb-src"), from the mirror this machine's apt already uses, with its index
-# fetched. Sets APT_SUITE_OPTS, the options to give apt-get and apt-cache. This machine's own
-# sources, lists and packages are never touched: nothing from SUITE is installed.
+# fetched (at most once a day: an index younger than that is kept). Sets APT_SUITE_OPTS, the
+# options to give apt-get and apt-cache. This machine's own sources, lists and packages are
+# never touched: nothing from SUITE is installed.
 apt_suite() {
   local dir=$1 suite=$2 types=$3 mirror
   mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null \
@@ -17,5 +18,7 @@ apt_suite() {
   APT_SUITE_OPTS=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$dir/etc"
     -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root
     -o Dir::State::Status=/dev/null -o APT::Architectures=amd64)
-  apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
+  if [ -z "$(find "$dir/lists" \( -name '*_Packages*' -o -name '*_Sources*' \) -mtime -1 2>/dev/null | head -1)" ]; then
+    apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
+  fi
 }

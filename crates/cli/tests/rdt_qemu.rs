@@ -226,9 +226,9 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
         assert_eq!(r["domains"], "mon_L3_00,mon_L3_01,", "one L3 domain per socket");
     }
 
+    // Idle: what its exec and stack filled (64-224 KiB seen), and nothing moved while it sleeps.
     // Occupancy: W within 10 % (the workloads' lines are all their own: guest/resctrl.sh's
-    // settle), and the idle program holds little more than its stack and exec.
-    // Idle: what its exec and stack filled (86-224 KiB seen), and nothing moved while it sleeps.
+    // settle).
     let idle = num(r, "idle_occ");
     assert!(idle < llc / 10, "the idle program holds {idle} B");
     let idle_moved = num(r, "idle_mbm") - num(r, "idle_mbm0");
