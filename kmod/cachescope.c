@@ -42,6 +42,7 @@
 #include <linux/topology.h>
 #include <linux/tracepoint.h>
 #include <linux/uaccess.h>
+#include <linux/version.h>
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
 #include <asm/apicdef.h>
@@ -494,8 +495,16 @@ static void cs_probe_switch(void *data, bool preempt, struct task_struct *prev,
 	cs_retag(c, next);
 }
 
-/* Fair-class accounting runs at every scheduler tick: where a running task moved, re-tag. */
+/*
+ * Fair-class accounting runs at every scheduler tick: where a running task moved, re-tag.
+ * The probe's prototype is the tracepoint's (6.8 dropped vruntime): a kernel built with kCFI
+ * traps on any other.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 8, 0)
+static void cs_probe_runtime(void *data, struct task_struct *t, u64 runtime)
+#else
 static void cs_probe_runtime(void *data, struct task_struct *t, u64 runtime, u64 vruntime)
+#endif
 {
 	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
 
@@ -564,8 +573,12 @@ static u64 cs_ctr(u32 rmid, u32 evt, u8 err, u8 unavail, u8 *flags)
 {
 	u64 v;
 
+	u32 lo, hi;
+
 	wrmsr(CS_MSR_QM_EVTSEL, evt, rmid);
-	rdmsrl(CS_MSR_QM_CTR, v);
+	/* rdmsr: the one spelling every kernel has (rdmsrl became rdmsrq in 6.16). */
+	rdmsr(CS_MSR_QM_CTR, lo, hi);
+	v = (u64)hi << 32 | lo;
 	if (v & CS_CTR_ERROR)
 		*flags |= err;
 	if (v & CS_CTR_UNAVAIL)
@@ -1166,7 +1179,7 @@ static const struct file_operations cs_fops = {
 	.read = cs_read_file,
 	.poll = cs_poll,
 	.unlocked_ioctl = cs_ioctl,
-	.llseek = no_llseek,
+	/* No llseek: nonseekable_open makes lseek fail with ESPIPE (no_llseek is gone in 6.12). */
 };
 
 static struct miscdevice cs_misc = {
@@ -1250,13 +1263,18 @@ static int cs_caps(void)
 	return 0;
 }
 
+/* The last-level cache's id; the package where none is known. */
 static u32 cs_domain_id(int cpu)
 {
-	u16 llc;
+	u32 llc;
 
 	if (emulate && emu_domains)
 		return cpu % emu_domains;
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 7, 0)
+	llc = cpu_data(cpu).topo.llc_id;	/* 6.7's topology rework removed get_llc_id() */
+#else
 	llc = get_llc_id(cpu);
+#endif
 	return llc == BAD_APICID ? topology_physical_package_id(cpu) : llc;
 }
 
@@ -1327,8 +1345,12 @@ static int cs_init_domains(void)
 		dom->id = ids[d];
 		dom->cpu = -1;
 		raw_spin_lock_init(&dom->lock);
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+		hrtimer_setup(&dom->timer, cs_tick, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_HARD);
+#else
 		hrtimer_init(&dom->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_HARD);
 		dom->timer.function = cs_tick;
+#endif
 		dom->active = bitmap_zalloc(cs.num_rmids, GFP_KERNEL);
 		dom->known = bitmap_zalloc(cs.num_rmids, GFP_KERNEL);
 		dom->last_total = kcalloc(cs.num_rmids, sizeof(u64), GFP_KERNEL);

@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
 # Prints the path of a Debian kernel image (vmlinuz), downloaded once and never installed:
-#   scripts/debian-kernel.sh          this release's (the one linux-headers-amd64 points to)
-#   scripts/debian-kernel.sh SUITE    the newest linux-image-amd64 of SUITE (unstable: 7.2)
+#   scripts/debian-kernel.sh               this release's (the one linux-headers-amd64 points to)
+#   scripts/debian-kernel.sh SUITE         the newest linux-image-amd64 of SUITE (unstable: 7.2)
+#   scripts/debian-kernel.sh [SUITE/]META  the kernel the meta-package linux-image-META points to,
+#                                          in SUITE or this release (rt-amd64, 6.12-amd64,
+#                                          6.12-rt-amd64, cloud-amd64, unstable/rt-amd64)
 # Kept in ${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}, by version, with the
-# modules a guest may need that the package carries uncompressed (msr.ko: /dev/cpu/N/msr) in
-# modules-VERSION/ beside it.
+# modules a guest may need (msr.ko: /dev/cpu/N/msr), uncompressed for busybox's insmod, in
+# modules-VERSION/ beside it (its .complete file says they were taken).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
 mkdir -p "$cache"
-suite=${1:-}
+spec=${1:-}
+case $spec in
+  "") suite="" meta="" ;;
+  */*amd64) suite=${spec%%/*} meta=${spec#*/} ;;
+  *amd64) suite="" meta=$spec ;;
+  *) suite=$spec meta=amd64 ;;
+esac
 apt_opts=()
-if [ -z "$suite" ]; then
-  kver=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
-  [ -n "$kver" ] || { echo "debian-kernel: linux-headers-amd64 is not installed" >&2; exit 1; }
-else
+if [ -n "$suite" ]; then
   # shellcheck source=scripts/lib/apt-suite.sh
   . "$here/lib/apt-suite.sh"
   apt_suite "$cache/apt-$suite" "$suite" deb
   apt_opts=("${APT_SUITE_OPTS[@]}")
-  kver=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null \
+fi
+if [ -z "$meta" ]; then
+  kver=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
+  [ -n "$kver" ] || { echo "debian-kernel: linux-headers-amd64 is not installed" >&2; exit 1; }
+else
+  kver=$(apt-cache "${apt_opts[@]}" depends "linux-image-$meta" 2>/dev/null \
     | sed -n 's/^ *Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1)
-  [ -n "$kver" ] || { echo "debian-kernel: no linux-image-amd64 in $suite" >&2; exit 1; }
+  [ -n "$kver" ] || { echo "debian-kernel: no linux-image-$meta in ${suite:-this release}" >&2; exit 1; }
 fi
 vmlinuz=$cache/vmlinuz-$kver
-if [ ! -s "$vmlinuz" ] || [ ! -d "$cache/modules-$kver" ]; then
+if [ ! -s "$vmlinuz" ] || [ ! -e "$cache/modules-$kver/.complete" ]; then
   tmp=$(mktemp -d)
   # Newer Debian kernels moved the image from linux-image-VER into linux-binary-VER.
   pkg=linux-image-$kver
@@ -35,9 +46,24 @@ if [ ! -s "$vmlinuz" ] || [ ! -d "$cache/modules-$kver" ]; then
   [ -n "$path" ] || { echo "debian-kernel: no vmlinuz in $deb" >&2; exit 1; }
   dpkg-deb --fsys-tarfile "$deb" | tar -xO "$path" >"$vmlinuz.part"
   mkdir -p "$cache/modules-$kver"
-  for ko in $(dpkg-deb -c "$deb" | awk '{ print $6 }' | grep -E '/kernel/arch/x86/kernel/msr\.ko$' || true); do
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO "$ko" >"$cache/modules-$kver/$(basename "$ko")"
+  # Newer kernels keep their modules in linux-modules-VER, compressed (msr.ko.xz): busybox's
+  # insmod takes them plain.
+  debs=$deb
+  if apt-cache "${apt_opts[@]}" show "linux-modules-$kver" >/dev/null 2>&1; then
+    (cd "$tmp" && apt-get "${apt_opts[@]}" download -qq "linux-modules-$kver" >&2)
+    debs="$debs $(ls "$tmp/linux-modules-$kver"_*.deb)"
+  fi
+  for d in $debs; do
+    for ko in $(dpkg-deb -c "$d" | awk '{ print $6 }' | grep -E '/kernel/arch/x86/kernel/msr\.ko(\.xz|\.zst)?$' || true); do
+      name=$(basename "$ko")
+      case $name in
+        *.xz) dpkg-deb --fsys-tarfile "$d" | tar -xO "$ko" | xz -dc >"$cache/modules-$kver/${name%.xz}" ;;
+        *.zst) dpkg-deb --fsys-tarfile "$d" | tar -xO "$ko" | zstd -dqc >"$cache/modules-$kver/${name%.zst}" ;;
+        *) dpkg-deb --fsys-tarfile "$d" | tar -xO "$ko" >"$cache/modules-$kver/$name" ;;
+      esac
+    done
   done
+  touch "$cache/modules-$kver/.complete"
   mv "$vmlinuz.part" "$vmlinuz"
   rm -rf "$tmp"
 fi

@@ -15,11 +15,14 @@
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
 #   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while)
-#   CACHESCOPE_GUEST_KERNEL  a Debian suite whose newest kernel boots instead of this release's
+#   CACHESCOPE_GUEST_KERNEL  another Debian kernel than this release's default, as
+#                            scripts/debian-kernel.sh names them: a suite (unstable: its newest)
+#                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...)
 # Leaves OUTDIR/console.log (the guest's serial console) and OUTDIR/rows.jsonl (a recording the
 # guest printed between CS-ROWS-BEGIN and CS-ROWS-END, gzip and base64). The kernel image is
-# downloaded once by scripts/debian-kernel.sh. Needs qemu-system-x86, busybox-static, cpio and
-# linux-headers-amd64 (scripts/setup.sh installs them).
+# downloaded once by scripts/debian-kernel.sh, the module built by scripts/kmod-build.sh. Needs
+# qemu-system-x86, busybox-static, cpio, debootstrap and linux-headers-amd64 (scripts/setup.sh
+# installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${1:?usage: guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]}")
@@ -28,24 +31,15 @@ guest=${3:-kmod/test/guest.sh}
 mkdir -p "$out"
 out=$(realpath "$out")
 
-# The kernel: this release's (linux-headers-amd64's, whose headers build the module) or the
-# newest of the suite CACHESCOPE_GUEST_KERNEL names (e.g. unstable).
-suite=${CACHESCOPE_GUEST_KERNEL:-}
-vmlinuz=$(scripts/debian-kernel.sh ${suite:+"$suite"} | tail -1)
-if [ -n "$suite" ] && [ "${CACHESCOPE_GUEST_KMOD:-1}" != 0 ]; then
-  echo "guest-qemu: the module builds for this release's kernel only (CACHESCOPE_GUEST_KMOD=0)" >&2
-  exit 1
-fi
-kver=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
-kdir=/usr/src/linux-headers-$kver
+# The kernel: this release's (linux-headers-amd64's) or another Debian kernel, named as
+# scripts/debian-kernel.sh takes it (unstable, rt-amd64, 6.12-amd64, unstable/rt-amd64, ...).
+kernel=${CACHESCOPE_GUEST_KERNEL:-}
+vmlinuz=$(scripts/debian-kernel.sh ${kernel:+"$kernel"} | tail -1)
 
-# The module, built out of the source tree.
+# The module, built for that kernel (scripts/kmod-build.sh: W=1, warnings are errors).
+rm -f "$out/cachescope.ko"
 if [ "${CACHESCOPE_GUEST_KMOD:-1}" != 0 ]; then
-  [ -d "$kdir" ] || { echo "guest-qemu: $kdir missing (apt-get install linux-headers-amd64)" >&2; exit 1; }
-  rm -rf "$out/kbuild" && mkdir -p "$out/kbuild"
-  cp kmod/Makefile kmod/Kbuild kmod/*.c kmod/*.h "$out/kbuild/"
-  make -s -C "$out/kbuild" KDIR="$kdir" check >"$out/kbuild.log" 2>&1 || { cat "$out/kbuild.log" >&2; exit 1; }
-  if grep -E "warning:|error:" "$out/kbuild.log" >&2; then exit 1; fi
+  scripts/kmod-build.sh "$kernel" "$out" >/dev/null
 fi
 
 # The initramfs: busybox, the binary without debug info, the libraries it loads, the module.
@@ -59,7 +53,7 @@ for lib in $(ldd "$bin" ${CACHESCOPE_QEMU_EXTRA:-} 2>/dev/null | awk '$2 == "=>"
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
-[ -e "$out/kbuild/cachescope.ko" ] && cp "$out/kbuild/cachescope.ko" "$root/cachescope.ko"
+[ -e "$out/cachescope.ko" ] && cp "$out/cachescope.ko" "$root/cachescope.ko"
 # The kernel's own modules scripts/debian-kernel.sh kept (msr.ko), in /modules.
 mods=$(dirname "$vmlinuz")/modules-$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 mkdir -p "$root/modules"

@@ -20,6 +20,7 @@ APT_NEEDS=(
   "tesseract:tesseract-ocr"  # reads the rendered charts' titles and legends back
   "tmux:tmux"          # the live view as a person sees it, at 80, 100 and 160 columns
   "pqos:intel-cmt-cat"  # Intel's pqos: a reference reader on the RDT machine (tools/rdt-qemu)
+  "debootstrap:debootstrap"  # build roots for the module on other kernels (scripts/kmod-build.sh)
 )
 # Files the build or the tests need (headers, data), checked by path: "path:package".
 APT_HEADERS=(

@@ -13,6 +13,9 @@ LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
 say llc_bytes=$LLC
 backend=${cs_backend:-resctrl}
 say backend="$backend"
+# cs_peak: the host's peak bandwidth (GB/s) cachescope assumes, which bounds its interval for the
+# counter width (narrow counters on the device wrap every few MiB).
+PEAK=${cs_peak:+--peak-bandwidth-gbps $cs_peak}
 if [ "$backend" = resctrl ]; then
   mount_resctrl
   say mount=$?
@@ -96,13 +99,14 @@ if [ "$backend" = msr ] && [ "${cs_mode:-}" != inject ]; then
   # thread and everything else stay on core 1 where they can (the reader of domain 0 must run
   # on core 0). The msr backend writes PQR_ASSOC once per core.
   taskset -p 0x2 $$ >/dev/null
+  quiet_cpu0
   start quarter env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
   i=0
   until grep -q allocated /tmp/quarter.out 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
   # Lines filled so far belong to RMID 0: push them all out before cachescope starts.
   taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
   ready flush
-  cachescope monitor --backend msr --cores 0,1 --pmu off --interval 100ms --jsonl \
+  cachescope monitor --backend msr --cores 0,1 --pmu off --interval 100ms --jsonl $PEAK \
     >/tmp/rows.jsonl 2>/tmp/err.txt &
   CS=$!
   sleep 1
@@ -183,7 +187,7 @@ start early env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
 start idle rdt-work idle 120
 cal_before=$(cal)
 cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
-  --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  --jsonl $PEAK >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
 # The module adopts the cgroups that exist when the session sets its rules.
 [ "$backend" = kmod ] && sleep 2

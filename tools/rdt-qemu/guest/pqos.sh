@@ -20,6 +20,7 @@ load_msr
 say insmod_msr=$?
 # This shell and everything it starts stay on core 1 unless pinned to core 0.
 taskset -p 0x2 $$ >/dev/null
+quiet_cpu0
 
 ready() {
   i=0

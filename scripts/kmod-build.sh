@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds kmod/ for a Debian kernel with W=1, warnings as errors, and prints the module's path:
+#   scripts/kmod-build.sh KERNEL OUTDIR
+# KERNEL as scripts/debian-kernel.sh takes it ("" this release's default, unstable,
+# rt-amd64, 6.12-amd64, 6.12-rt-amd64, unstable/rt-amd64, ...). This release's default kernel
+# builds against the headers installed here (linux-headers-amd64); every other one in a build
+# root of its suite (debootstrap, minbase, with make, perl, pahole and the compiler its headers name: gcc-12 for this
+# release, gcc-16 for unstable's 7.2), with its headers unpacked there and never installed on
+# this machine. Roots are cached in ${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}, by
+# suite, compiler and kbuild's libraries; OUTDIR/kbuild.log keeps the compiler's output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+spec=${1-}
+out=${2:?usage: kmod-build.sh KERNEL OUTDIR}
+mkdir -p "$out"
+out=$(realpath "$out")
+vmlinuz=$(scripts/debian-kernel.sh ${spec:+"$spec"} | tail -1)
+kver=$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
+log=$out/kbuild.log
+
+# check DIR MAKE...: the module's sources in DIR, built by MAKE; any warning fails.
+check() {
+  local dir=$1
+  shift
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp kmod/Makefile kmod/Kbuild kmod/*.c kmod/*.h "$dir/"
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "kmod-build: the module does not build for $kver" >&2
+    exit 1
+  fi
+  if grep -E "warning:|error:" "$log" >&2; then
+    echo "kmod-build: warnings building for $kver" >&2
+    exit 1
+  fi
+}
+
+native=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
+if [ "$kver" = "$native" ] && [ -d "/usr/src/linux-headers-$kver" ]; then
+  check "$out/kbuild" make -s -C "$out/kbuild" KDIR="/usr/src/linux-headers-$kver" check
+  cp "$out/kbuild/cachescope.ko" "$out/cachescope.ko"
+  echo "$out/cachescope.ko"
+  exit 0
+fi
+
+# The suite whose packages built this kernel, and apt options that reach it.
+case $spec in
+  */*) suite=${spec%%/*} ;;
+  *amd64) suite="" ;;
+  *) suite=$spec ;;
+esac
+apt_opts=()
+if [ -n "$suite" ]; then
+  # shellcheck source=scripts/lib/apt-suite.sh
+  . scripts/lib/apt-suite.sh
+  apt_suite "${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}/apt-$suite" "$suite" deb
+  apt_opts=("${APT_SUITE_OPTS[@]}")
+else
+  suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
+fi
+# The headers' packages (arch, common, kbuild), the compiler they were built with, and the
+# libraries kbuild's programs load (objtool: libelf).
+deps() { apt-cache "${apt_opts[@]}" depends "$1" 2>/dev/null | sed -n 's/^ *Depends: \([^ <>]*\)$/\1/p'; }
+pkgs="linux-headers-$kver"
+compiler=""
+libs=""
+for d in $(deps "linux-headers-$kver"); do
+  case $d in
+    linux-headers-*) pkgs="$pkgs $d" ;;
+    linux-kbuild-*)
+      pkgs="$pkgs $d"
+      for l in $(deps "$d"); do case $l in lib*) libs="$libs,$l" ;; esac; done
+      ;;
+    gcc-*|linux-compiler-gcc-*) compiler=$d ;;
+  esac
+done
+[ -n "$compiler" ] || { echo "kmod-build: linux-headers-$kver names no compiler" >&2; exit 1; }
+# linux-compiler-gcc-12-x86 is this release's name for gcc-12; gcc-16-for-host unstable's.
+cc_pkg=$(echo "$compiler" | sed -e 's/^linux-compiler-\(gcc-[0-9]*\)-x86$/\1/' -e 's/-for-host$//')
+
+roots=${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}
+root=$roots/$suite-$cc_pkg-$(echo "make,perl,dwarves$libs" | md5sum | cut -c1-8)
+mkdir -p "$roots"
+exec 9>"$roots/.lock"
+flock 9
+if [ ! -e "$root/.complete" ]; then
+  command -v debootstrap >/dev/null || { echo "kmod-build: debootstrap missing (scripts/setup.sh installs it)" >&2; exit 1; }
+  mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null | grep -v -- '-security' | head -1)
+  rm -rf "$root.part"
+  echo "kmod-build: a $suite build root with $cc_pkg (once)" >&2
+  debootstrap --variant=minbase --include="make,perl,dwarves,$cc_pkg$libs" "$suite" "$root.part" "$mirror" >"$root.log" 2>&1 \
+    || { tail -20 "$root.log" >&2; exit 1; }
+  touch "$root.part/.complete"
+  mv "$root.part" "$root"
+fi
+# Headers unpacked, not installed: their packages depend on the kernel image.
+if [ ! -e "$root/usr/src/linux-headers-$kver/.complete" ]; then
+  tmp=$(mktemp -d)
+  # shellcheck disable=SC2086 # a list of package names
+  (cd "$tmp" && apt-get "${apt_opts[@]}" download -qq $pkgs >&2)
+  # Kept: the root's /lib -> usr/lib (a plain dpkg-deb -x would replace it with a directory).
+  for deb in "$tmp"/*.deb; do dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C "$root"; done
+  rm -rf "$tmp"
+  touch "$root/usr/src/linux-headers-$kver/.complete"
+fi
+exec 9>&-
+cc=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\{0,1\}\([^ ]*\).*/\1/p' "$root/usr/src/linux-headers-$kver/include/config/auto.conf")
+[ -n "$cc" ] || cc=gcc
+dir=/tmp/kbuild-$$
+# objtool reads /proc: the root gets its own, in a mount namespace of this build.
+check "$root$dir" unshare --mount --fork sh -c \
+  "mount -t proc proc '$root/proc' && exec chroot '$root' make -s -C '$dir' KDIR='/usr/src/linux-headers-$kver' CC='$cc' check"
+cp "$root$dir/cachescope.ko" "$out/cachescope.ko"
+rm -rf "${root:?}$dir"
+echo "$out/cachescope.ko"
