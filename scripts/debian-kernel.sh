@@ -12,6 +12,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
 mkdir -p "$cache"
+# One at a time per cache: tests ask concurrently, and two would update the same suite index
+# (apt's lock refuses the second) and write the same image.
+exec 9>"$cache/.lock"
+flock 9
 spec=${1:-}
 case $spec in
   "") suite="" meta="" ;;

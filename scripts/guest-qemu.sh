@@ -19,7 +19,8 @@
 #                            scripts/debian-kernel.sh names them: a suite (unstable: its newest)
 #                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...)
 # Leaves OUTDIR/console.log (the guest's serial console) and OUTDIR/rows.jsonl (a recording the
-# guest printed between CS-ROWS-BEGIN and CS-ROWS-END, gzip and base64). The kernel image is
+# guest printed between CS-ROWS-BEGIN and CS-ROWS-END, gzip and base64) and OUTDIR/report.json
+# (the same between CS-REPORT-BEGIN and CS-REPORT-END). The kernel image is
 # downloaded once by scripts/debian-kernel.sh, the module built by scripts/kmod-build.sh. Needs
 # qemu-system-x86, busybox-static, cpio, debootstrap and linux-headers-amd64 (scripts/setup.sh
 # installs them).
@@ -71,4 +72,6 @@ timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64
   -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || echo "guest-qemu: qemu exited $?" >&2
 tr -d '\r' <"$out/console.log" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
   | gunzip >"$out/rows.jsonl" 2>/dev/null || true
-grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS" | tr -d "\r" || true
+tr -d '\r' <"$out/console.log" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
+  | gunzip >"$out/report.json" 2>/dev/null || true
+grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS\|^CS-REPORT" | tr -d "\r" || true

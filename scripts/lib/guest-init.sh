@@ -33,10 +33,19 @@ mount_resctrl() {
 }
 # quiet_cpu0: every task that may leave CPU 0 goes to CPU 1 (in a guest only: a host's tasks
 # are not ours to move), so that a core group of CPU 0 holds what is pinned there and little
-# else. 7.2's kdamond alone charged core 0 about 25 KiB of lines a second.
+# else. 7.2's kdamond alone charged core 0 about 25 KiB of lines a second. Unbound workqueue
+# workers cannot be moved so: the tests boot those guests with workqueue.unbound_cpus=1.
 quiet_cpu0() {
   [ -n "${CS_HOST:-}" ] && return 0
   for t in /proc/[0-9]*; do taskset -p 0x2 "${t#/proc/}" >/dev/null 2>&1 || true; done
+}
+# splats: what the kernel said that it should never say (a WARNING or BUG, lockdep, KASAN, the
+# atomic-sleep checker, a kCFI trap, a hung task), each with its trace, as CS-SPLAT lines, and
+# their count.
+SPLAT='WARNING:|BUG:|BUG |Oops|general protection|sleeping function called|CFI failure|possible recursive locking|circular locking|inconsistent lock state|KASAN|UBSAN|kmemleak: [0-9]+ new|blocked for more than'
+splats() {
+  dmesg | awk -v re="$SPLAT" '$0 ~ re { p = 1; n = 0 } p { print "CS-SPLAT " $0; if (++n > 60 || /<\/TASK>|---\[ end trace/) p = 0 }'
+  say splats="$(dmesg | grep -cE "$SPLAT")"
 }
 # The console's first line may carry the firmware's escape sequences: start on a clean one.
 echo

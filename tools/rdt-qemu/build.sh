@@ -28,6 +28,12 @@ CONFIGURE_FLAGS=(--target-list=x86_64-softmmu --enable-tcg --enable-plugins --di
 say() { echo "rdt-qemu: $*" >&2; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
+# One build.sh at a time per cache (tests ask concurrently): the second waits, then finds what
+# the first installed and built (two apt-get runs at once fail on dpkg's lock).
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+
 # Build dependencies and the firmware the wrapper points at.
 need=()
 for entry in gcc:gcc ninja:ninja-build flex:flex bison:bison dtc:device-tree-compiler \
@@ -49,10 +55,6 @@ fi
 key=$QEMU_VERSION-$( (cat "$here"/patches/*.patch; echo "$QEMU_DEB_VERSION ${CONFIGURE_FLAGS[*]}") | sha256sum | cut -c1-16)
 qemu_dir=$cache/qemu-$key
 qemu_bin=$qemu_dir/qemu-system-x86_64
-mkdir -p "$cache"
-# One build at a time per cache (tests may ask concurrently): the second waits, then finds it.
-exec 9>"$cache/.lock"
-flock 9
 if [ ! -x "$qemu_bin" ]; then
   started=$(date +%s)
   work=$cache/build-$key

@@ -115,11 +115,16 @@ fn at(v: &[Option<f64>], k: usize) -> Option<f64> {
     v.get(k).copied().flatten()
 }
 
-/// Buckets of one episode: occupancy compared between the ends of `b` and `e`; IPC and
-/// bandwidth over `during`, against as many buckets before it.
+/// Buckets of one episode: the aggressor's occupancy compared between the ends of `b` and `e`,
+/// its neighbours' between the ends of `vb` and `e`; IPC and bandwidth over `during`, against
+/// as many buckets before it.
 struct Span {
     b: usize,
     e: usize,
+    /// `b`, or the bucket before it where the aggressor's first row came at `b + 1`: it may have
+    /// run for most of `b` before it was tagged (a backend that notices containers at a poll),
+    /// and what its neighbours lost then is part of the episode.
+    vb: usize,
     during: std::ops::RangeInclusive<usize>,
 }
 
@@ -136,7 +141,8 @@ fn victims(lines: &[Line], agg: &Line, sp: &Span, t: &Thresholds) -> Vec<Victim>
         .iter()
         .filter(|l| l.id != agg.id)
         .filter_map(|l| {
-            let (o0, o1) = (at(&l.occupancy, sp.b), at(&l.occupancy, sp.e));
+            let o0 = at(&l.occupancy, sp.vb).or_else(|| at(&l.occupancy, sp.b));
+            let o1 = at(&l.occupancy, sp.e);
             let lost = o0.zip(o1).map(|(a, b)| a - b);
             let by_occ = o0.zip(lost).is_some_and(|(a, d)| d >= t.loss() && d >= LOSS_SHARE * a);
             let ipc_before = mean(&l.ipc[sp.before()]);
@@ -155,10 +161,15 @@ fn victims(lines: &[Line], agg: &Line, sp: &Span, t: &Thresholds) -> Vec<Victim>
 }
 
 /// Every episode of `tl`, in time order; `l3` gives each domain's L3 size where known.
+///
+/// A victim that refills what it held before the episodes that named it is recovering, not an
+/// aggressor: two containers taking turns on a core would otherwise blame each other at every
+/// turn. Its refill makes no episode unless it rises a full `rise` above that level.
 pub fn find(tl: &Timeline, l3: impl Fn(i32) -> Option<f64>) -> Vec<Episode> {
     let mut out = Vec::new();
     for d in &tl.domains {
         let t = Thresholds { l3_bytes: l3(d.domain).unwrap_or(32.0 * 1048576.0) };
+        let mut candidates: Vec<(&Line, Kind, Span)> = Vec::new();
         for agg in &d.lines {
             let mut spans: Vec<(Kind, Span)> = Vec::new();
             let occ = &agg.occupancy;
@@ -174,7 +185,9 @@ pub fn find(tl: &Timeline, l3: impl Fn(i32) -> Option<f64>) -> Vec<Episode> {
                 if at(&from_zero, e).unwrap_or(0.0) - at(&from_zero, b).unwrap_or(0.0) < t.rise() {
                     continue;
                 }
-                spans.push((Kind::Occupancy, Span { b, e, during: (b + 1).min(e)..=e }));
+                let started = occ[b].is_none() && b > 0;
+                let vb = if started { b - 1 } else { b };
+                spans.push((Kind::Occupancy, Span { b, e, vb, during: (b + 1).min(e)..=e }));
             }
             let bw = &agg.bandwidth;
             let peak_bw = bw.iter().flatten().fold(0.0f64, |a, b| a.max(*b));
@@ -190,27 +203,45 @@ pub fn find(tl: &Timeline, l3: impl Fn(i32) -> Option<f64>) -> Vec<Episode> {
                 while at(bw, hold + 1).is_some_and(|x| x >= mid) {
                     hold += 1;
                 }
-                spans.push((Kind::Bandwidth, Span { b: s, e: hold, during: s + 1..=hold }));
+                spans.push((Kind::Bandwidth, Span { b: s, e: hold, vb: s, during: s + 1..=hold }));
             }
-            for (kind, sp) in spans {
-                let v = victims(&d.lines, agg, &sp, &t);
-                if v.is_empty() {
+            candidates.extend(spans.into_iter().map(|(kind, sp)| (agg, kind, sp)));
+        }
+        candidates.sort_by_key(|(_, _, sp)| (sp.b, sp.e));
+        // The most each victim held before an episode that named it.
+        let mut held: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+        for (agg, kind, sp) in candidates {
+            let occ = &agg.occupancy;
+            if kind == Kind::Occupancy {
+                let level = held.get(&agg.id).copied().unwrap_or(f64::NEG_INFINITY);
+                if at(occ, sp.e).is_some_and(|o| o < level + t.rise()) {
                     continue;
                 }
-                out.push(Episode {
-                    domain: d.domain,
-                    kind,
-                    start_ns: tl.end_of(sp.b),
-                    end_ns: tl.end_of(sp.e),
-                    container_id: agg.id.clone(),
-                    container_name: agg.name.clone(),
-                    occupancy_before_bytes: at(occ, sp.b),
-                    occupancy_after_bytes: at(occ, sp.e),
-                    bandwidth_before_bytes_per_sec: mean(&bw[sp.before()]),
-                    bandwidth_during_bytes_per_sec: mean(&bw[sp.during.clone()]),
-                    victims: v,
-                });
             }
+            let v = victims(&d.lines, agg, &sp, &t);
+            if v.is_empty() {
+                continue;
+            }
+            for victim in &v {
+                if let Some(o) = victim.occupancy_before_bytes.filter(|_| victim.occupancy_lost_bytes.is_some()) {
+                    let level = held.entry(victim.container_id.clone()).or_insert(o);
+                    *level = level.max(o);
+                }
+            }
+            let bw = &agg.bandwidth;
+            out.push(Episode {
+                domain: d.domain,
+                kind,
+                start_ns: tl.end_of(sp.b),
+                end_ns: tl.end_of(sp.e),
+                container_id: agg.id.clone(),
+                container_name: agg.name.clone(),
+                occupancy_before_bytes: at(occ, sp.b),
+                occupancy_after_bytes: at(occ, sp.e),
+                bandwidth_before_bytes_per_sec: mean(&bw[sp.before()]),
+                bandwidth_during_bytes_per_sec: mean(&bw[sp.during.clone()]),
+                victims: v,
+            });
         }
     }
     out.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.domain.cmp(&b.domain)));
@@ -269,6 +300,38 @@ mod tests {
         assert_eq!((e[0].kind, e[0].start_ns, e[0].end_ns), (Kind::Occupancy, 300_000_000, 400_000_000));
         assert_eq!(e[0].occupancy_before_bytes, None, "it did not exist before");
         assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(8.0 * MIB));
+    }
+
+    #[test]
+    fn what_a_late_tagged_filler_took_before_its_first_row_counts() {
+        // noisy ran (untagged) through bucket 2, where web already lost most of its 12 MiB;
+        // its first row is bucket 3.
+        let web = line("web", &[12.0, 12.0, 5.0, 4.0, 4.0, 4.0], None);
+        let noisy = line("noisy", &[-1.0, -1.0, -1.0, 28.0, 28.0, 28.0], None);
+        let e = find(&tl(vec![web, noisy]), |_| Some(32.0 * MIB));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert_eq!(e[0].victims[0].occupancy_before_bytes, Some(12.0 * MIB));
+        assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(8.0 * MIB));
+    }
+
+    #[test]
+    fn a_victim_refilling_its_own_lines_is_not_an_aggressor() {
+        // Two containers take turns on a core: web (16 MiB) and thrash (32 MiB) evict each
+        // other at every turn. Only thrash is named, at each of its turns.
+        let web = line("web", &[16.0, 16.0, 16.0, 2.0, 16.0, 2.0, 16.0, 2.0], None);
+        let thrash = line("thrash", &[-1.0, -1.0, -1.0, 30.0, 16.0, 30.0, 16.0, 30.0], None);
+        let e = find(&tl(vec![web, thrash]), |_| Some(32.0 * MIB));
+        assert!(!e.is_empty());
+        for ep in &e {
+            assert_eq!(ep.container_id, "thrash", "{e:#?}");
+            assert_eq!(ep.victims[0].occupancy_lost_bytes, Some(14.0 * MIB));
+        }
+        assert_eq!(e.len(), 3, "{e:#?}");
+        // A victim that then grows well past what it held is an aggressor again.
+        let web = line("web", &[16.0, 16.0, 16.0, 2.0, 16.0, 28.0, 28.0, 28.0], None);
+        let thrash = line("thrash", &[-1.0, -1.0, -1.0, 30.0, 16.0, 4.0, 4.0, 4.0], None);
+        let e = find(&tl(vec![web, thrash]), |_| Some(32.0 * MIB));
+        assert_eq!(e.iter().map(|ep| ep.container_id.as_str()).collect::<Vec<_>>(), ["thrash", "web"], "{e:#?}");
     }
 
     #[test]

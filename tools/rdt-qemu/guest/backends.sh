@@ -181,6 +181,51 @@ if [ "${cs_mode:-}" = limbo ]; then
   finish
 fi
 
+# cs_mode=noisy: a noisy neighbour, recorded and reported as a user would. The victim passes
+# over half the LLC every 50 ms and holds it; a thrasher (writing 4 x the LLC) starts beside
+# it; `cachescope record` writes Parquet and `cachescope report --json` must name the thrasher
+# and the victim in an episode, from what the device counted.
+if [ "${cs_mode:-}" = noisy ]; then
+  start victim env RDT_WORK_STOP=1 RDT_WORK_PAUSE_MS=50 rdt-work touch $((LLC / 2)) 600
+  VICTIM=$LAST
+  cachescope record --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
+    $PEAK --output /tmp/rec >/dev/null 2>/tmp/err.txt &
+  CS=$!
+  [ "$backend" = kmod ] && sleep 2
+  settle victim
+  ready victim
+  sleep 1
+  reference
+  sleep 1
+  reference
+  sleep 1
+  say thrash_start="$(date +%s)"
+  start thrash rdt-work thrash $((LLC * 4)) 600
+  THRASH=$LAST
+  ready thrash
+  say thrash_ready="$(date +%s)"
+  sleep 2
+  reference
+  sleep 2
+  say thrash_end="$(date +%s)"
+  kill $THRASH $VICTIM
+  wait $THRASH $VICTIM 2>/dev/null
+  sleep 0.5
+  kill -INT $CS
+  wait $CS
+  say record_exit=$?
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  cachescope report --json /tmp/rec >/tmp/report.json 2>/tmp/report-err.txt
+  say report_exit=$?
+  sed 's/^/CS-STDERR /' /tmp/report-err.txt
+  echo CS-REPORT-BEGIN
+  gzip -c /tmp/report.json | base64
+  echo CS-REPORT-END
+  [ "$backend" = kmod ] && { rmmod cachescope; say rmmod=$?; }
+  say done=1
+  finish
+fi
+
 # A container that exists before cachescope starts (adopted then), one that starts while it
 # runs, both holding a quarter of the LLC, and an idle one (all longer than the run).
 start early env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
