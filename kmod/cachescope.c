@@ -25,6 +25,7 @@
 #include <linux/fs.h>
 #include <linux/hashtable.h>
 #include <linux/hrtimer.h>
+#include <linux/irq_work.h>
 #include <linux/kernfs.h>
 #include <linux/ktime.h>
 #include <linux/list.h>
@@ -124,6 +125,10 @@ struct cs_cg {
 	struct list_head wait;	/* owners waiting for an RMID */
 };
 
+/* The pool of table entries, made at load: probes never allocate. */
+static struct cs_cg *cs_pool;
+static HLIST_HEAD(cs_pool_free);	/* under cs_lock */
+
 struct cs_cpu {
 	raw_spinlock_t lock;	/* emulation: ns below vs. the sampler */
 	u32 rmid;		/* in PQR_ASSOC now (emulation: the write lands here) */
@@ -160,15 +165,26 @@ static struct cs {
 	struct list_head free;
 	struct list_head waiting;
 	u32 in_use, in_limbo, nr_cgroups, nr_waiting;
-	char rules[CACHESCOPE_MAX_RULES][CACHESCOPE_RULE_LEN];
-	u32 nr_rules;
 	struct cs_domain *domains;
 	bool open;		/* a session holds the device */
 	bool running;		/* probes and timers live */
 	u64 tick_ns, tick_ns_max, misplaced;
 } cs;
 
-static DEFINE_SPINLOCK(cs_lock);	/* table, RMIDs, rules */
+/*
+ * Table and RMIDs. Raw: it is taken in the hard-irq timer and in tracepoint probes (which run
+ * with preemption off), where PREEMPT_RT's sleeping spinlock_t is invalid. Nothing under it
+ * sleeps or allocates: cgroup entries come from a pool made at load.
+ */
+static DEFINE_RAW_SPINLOCK(cs_lock);
+
+/* The watch rules: replaced whole (under cs_session), read under RCU by the mkdir probe. */
+struct cs_rules {
+	struct rcu_head rcu;
+	u32 n;
+	char rule[CACHESCOPE_MAX_RULES][CACHESCOPE_RULE_LEN];
+};
+static struct cs_rules __rcu *cs_rules;
 static DEFINE_MUTEX(cs_session);	/* open, ioctl, release */
 static DEFINE_HASHTABLE(cs_table, 12);
 static DEFINE_PER_CPU(struct cs_cpu, cs_cpu);
@@ -178,6 +194,8 @@ static struct cachescope_record *ring;
 static u32 ring_head, ring_tail;		/* free-running indexes */
 static u64 ring_overruns, ring_lost;		/* total; not yet reported */
 static DECLARE_WAIT_QUEUE_HEAD(ring_wait);
+/* The timer wakes readers through irq_work: a wait queue's lock sleeps on PREEMPT_RT. */
+static struct irq_work ring_wake;
 
 /* ---- the ring ---- */
 
@@ -214,6 +232,11 @@ static void cs_push(const struct cachescope_record *r)
 static u32 cs_ring_count(void)
 {
 	return READ_ONCE(ring_head) - READ_ONCE(ring_tail);
+}
+
+static void cs_ring_wake(struct irq_work *w)
+{
+	wake_up_interruptible(&ring_wait);
 }
 
 /* ---- rules: the same globs as `cachescope --containers` ---- */
@@ -258,8 +281,8 @@ static bool cs_glob(const char *p, size_t pl, const char *s, size_t sl)
 	return test_bit(0, next);
 }
 
-/* Under cs_lock. path: absolute, as cgroupfs names it. */
-static bool cs_rules_match(const char *path)
+/* path: absolute, as cgroupfs names it. ru: NULL (no session) matches nothing. */
+static bool cs_rules_match(const struct cs_rules *ru, const char *path)
 {
 	size_t len;
 	bool yes = false;
@@ -270,8 +293,8 @@ static bool cs_rules_match(const char *path)
 	len = strlen(path);
 	while (len && path[len - 1] == '/')
 		len--;
-	for (i = 0; i < cs.nr_rules; i++) {
-		const char *r = cs.rules[i];
+	for (i = 0; ru && i < ru->n; i++) {
+		const char *r = ru->rule[i];
 		bool not = r[0] == '!';
 
 		if (not)
@@ -303,9 +326,11 @@ static struct cs_cg *cs_new(u64 id, u64 owner, u32 rmid)
 
 	if (cs.nr_cgroups >= max_cgroups)
 		return NULL;
-	cg = kzalloc(sizeof(*cg), GFP_ATOMIC);
-	if (!cg)
+	if (hlist_empty(&cs_pool_free))
 		return NULL;
+	cg = hlist_entry(cs_pool_free.first, struct cs_cg, node);
+	hlist_del(&cg->node);
+	memset(cg, 0, sizeof(*cg));
 	cg->id = id;
 	cg->owner = owner;
 	cg->rmid = rmid;
@@ -313,6 +338,17 @@ static struct cs_cg *cs_new(u64 id, u64 owner, u32 rmid)
 	hash_add_rcu(cs_table, &cg->node, id);
 	cs.nr_cgroups++;
 	return cg;
+}
+
+/* Back to the pool once no reader on the switch path can hold it. */
+static void cs_pool_put(struct rcu_head *head)
+{
+	struct cs_cg *cg = container_of(head, struct cs_cg, rcu);
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&cs_lock, flags);
+	hlist_add_head(&cg->node, &cs_pool_free);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
 }
 
 static void cs_del(struct cs_cg *cg)
@@ -323,7 +359,7 @@ static void cs_del(struct cs_cg *cg)
 	}
 	hash_del_rcu(&cg->node);
 	cs.nr_cgroups--;
-	kfree_rcu(cg, rcu);
+	call_rcu(&cg->rcu, cs_pool_put);
 }
 
 /* An owner's RMID, and its nested cgroups'. */
@@ -344,6 +380,17 @@ static void cs_record(u64 now, u64 cgid, u32 rmid, u8 kind)
 {
 	struct cachescope_record r = {
 		.time_ns = now, .cgroup_id = cgid, .rmid = rmid, .kind = kind,
+		.flags = CS_F_OCC_NONE | CS_F_MBM_NONE,
+	};
+
+	cs_push(&r);
+}
+
+/* The cgroup runs untagged, and why (enum cachescope_no_rmid). */
+static void cs_record_no_rmid(u64 now, u64 cgid, u32 why)
+{
+	struct cachescope_record r = {
+		.time_ns = now, .cgroup_id = cgid, .occupancy = why, .kind = CS_REC_NO_RMID,
 		.flags = CS_F_OCC_NONE | CS_F_MBM_NONE,
 	};
 
@@ -383,7 +430,8 @@ static void cs_assign(struct cs_cg *owner, u64 now)
 			list_add_tail(&owner->wait, &cs.waiting);
 			cs.nr_waiting++;
 		}
-		cs_record(now, owner->id, 0, CS_REC_NO_RMID);
+		cs_record_no_rmid(now, owner->id,
+				  cs.in_limbo ? CS_NO_RMID_LIMBO : CS_NO_RMID_EXHAUSTED);
 		return;
 	}
 	r = list_first_entry(&cs.free, struct cs_rmid, free);
@@ -528,21 +576,26 @@ static void cs_probe_mkdir(void *data, struct cgroup *cgrp, const char *path)
 	u64 now = ktime_get_ns();
 	struct cs_cg *p;
 	unsigned long flags;
+	bool match;
 
 	if (cgrp->root != &cgrp_dfl_root || !parent)
 		return;
-	spin_lock_irqsave(&cs_lock, flags);
+	/* The rules are matched outside cs_lock: the glob costs O(rule x path). */
+	rcu_read_lock();
+	match = !cs_find(cgroup_id(parent)) && cs_rules_match(rcu_dereference(cs_rules), path);
+	rcu_read_unlock();
+	raw_spin_lock_irqsave(&cs_lock, flags);
 	p = cs_find(cgroup_id(parent));
 	if (p) {
 		struct cs_cg *owner = p->owner == p->id ? p : cs_find(p->owner);
 
 		if (owner && cs_new(cgroup_id(cgrp), owner->id, owner->rmid))
 			owner->nested++;
-	} else if (cs_rules_match(path)) {
+	} else if (match) {
 		if (!cs_watch(cgrp, now))
-			cs_record(now, cgroup_id(cgrp), 0, CS_REC_NO_RMID);
+			cs_record_no_rmid(now, cgroup_id(cgrp), CS_NO_RMID_TABLE_FULL);
 	}
-	spin_unlock_irqrestore(&cs_lock, flags);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
 }
 
 static void cs_probe_rmdir(void *data, struct cgroup *cgrp, const char *path)
@@ -552,7 +605,7 @@ static void cs_probe_rmdir(void *data, struct cgroup *cgrp, const char *path)
 
 	if (cgrp->root != &cgrp_dfl_root)
 		return;
-	spin_lock_irqsave(&cs_lock, flags);
+	raw_spin_lock_irqsave(&cs_lock, flags);
 	cg = cs_find(cgroup_id(cgrp));
 	if (cg) {
 		if (cg->owner == cg->id) {
@@ -564,7 +617,7 @@ static void cs_probe_rmdir(void *data, struct cgroup *cgrp, const char *path)
 		}
 		cs_del(cg);
 	}
-	spin_unlock_irqrestore(&cs_lock, flags);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
 }
 
 /* ---- counters ---- */
@@ -757,9 +810,9 @@ static enum hrtimer_restart cs_tick(struct hrtimer *t)
 	if (emulate)
 		cs_emu_collect(d, now);
 
-	spin_lock(&cs_lock);
+	raw_spin_lock(&cs_lock);
 	cs_tick_states(d, di, now);
-	spin_unlock(&cs_lock);
+	raw_spin_unlock(&cs_lock);
 
 	/* Idle RMIDs in use: occupancy drains as others evict, read a few per tick. */
 	for (n = 0, i = 1; n < rr_per_tick && i < cs.num_rmids; i++) {	/* each at most once */
@@ -788,7 +841,7 @@ static enum hrtimer_restart cs_tick(struct hrtimer *t)
 		cs_retag(this_cpu_ptr(&cs_cpu), current);
 	}
 	if (cs_ring_count() >= ring_records / 4 && wq_has_sleeper(&ring_wait))
-		wake_up_interruptible(&ring_wait);
+		irq_work_queue(&ring_wake);
 	spent = ktime_get_ns() - now;
 	WRITE_ONCE(cs.tick_ns, cs.tick_ns + spent);
 	if (spent > cs.tick_ns_max)
@@ -885,6 +938,15 @@ static int cs_start(void)
 	return 0;
 }
 
+/* Under cs_session: ru replaces the rules (NULL: none); the old ones go after a grace period. */
+static void cs_put_rules(struct cs_rules *ru)
+{
+	struct cs_rules *old = rcu_replace_pointer(cs_rules, ru, lockdep_is_held(&cs_session));
+
+	if (old)
+		kfree_rcu(old, rcu);
+}
+
 /* Everything back: no probe, no timer, PQR_ASSOC as found, every RMID to limbo. */
 static void cs_stop(void)
 {
@@ -900,7 +962,7 @@ static void cs_stop(void)
 	for (d = 0; d < cs.nr_domains; d++)
 		hrtimer_cancel(&cs.domains[d].timer);
 	on_each_cpu(cs_cpu_stop, NULL, 1);
-	spin_lock_irqsave(&cs_lock, flags);
+	raw_spin_lock_irqsave(&cs_lock, flags);
 	hash_for_each_safe(cs_table, bkt, tmp, cg, node) {
 		if (cg->owner == cg->id)
 			cs_release(cg);
@@ -912,8 +974,8 @@ static void cs_stop(void)
 			cs.rmids[d].state = CS_LIMBO;
 			cs.rmids[d].done = 0;
 		}
-	cs.nr_rules = 0;
-	spin_unlock_irqrestore(&cs_lock, flags);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
+	cs_put_rules(NULL);
 	cs.running = false;
 }
 
@@ -1020,13 +1082,13 @@ static void cs_fill_stats(struct cachescope_stats *s)
 	int cpu;
 
 	memset(s, 0, sizeof(*s));
-	spin_lock_irqsave(&cs_lock, flags);
+	raw_spin_lock_irqsave(&cs_lock, flags);
 	s->rmids_in_use = cs.in_use;
 	s->rmids_limbo = cs.in_limbo;
 	s->rmids_free = cs.num_rmids - 1 - cs.in_use - cs.in_limbo;
 	s->cgroups = cs.nr_cgroups;
 	s->waiting = cs.nr_waiting;
-	spin_unlock_irqrestore(&cs_lock, flags);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
 	raw_spin_lock_irqsave(&ring_lock, flags);
 	s->overruns = ring_overruns;
 	raw_spin_unlock_irqrestore(&ring_lock, flags);
@@ -1045,6 +1107,7 @@ static void cs_fill_stats(struct cachescope_stats *s)
 static long cs_set_rules(struct cachescope_rules *ru, char *path)
 {
 	struct cgroup_subsys_state *pos;
+	struct cs_rules *rules;
 	unsigned long flags;
 	size_t total = 0;
 	u32 i;
@@ -1061,22 +1124,31 @@ static long cs_set_rules(struct cachescope_rules *ru, char *path)
 	}
 	if (total > CS_RULES_BYTES)
 		return -E2BIG;
-	spin_lock_irqsave(&cs_lock, flags);
-	memcpy(cs.rules, ru->rule, sizeof(cs.rules));
-	cs.nr_rules = ru->count;
+	rules = kzalloc(sizeof(*rules), GFP_KERNEL);
+	if (!rules)
+		return -ENOMEM;
+	BUILD_BUG_ON(sizeof(rules->rule) != sizeof(ru->rule));
+	memcpy(rules->rule, ru->rule, sizeof(rules->rule));
+	rules->n = ru->count;
+	cs_put_rules(rules);
+	/*
+	 * Paths are made and matched outside cs_lock (kernfs_path's lock sleeps on PREEMPT_RT;
+	 * RCU readers may take it there); only adopting a match takes it.
+	 */
 	rcu_read_lock();
 	css_for_each_descendant_pre(pos, &cgrp_dfl_root.cgrp.self) {
 		struct cgroup *cg = pos->cgroup;
 
 		if (cg == &cgrp_dfl_root.cgrp || cs_find(cgroup_id(cg)))
 			continue;
-		if (kernfs_path(cg->kn, path, CS_PATH_MAX + 1) < 0)
+		if (kernfs_path(cg->kn, path, CS_PATH_MAX + 1) < 0 || !cs_rules_match(rules, path))
 			continue;
-		if (cs_rules_match(path) && cs_watch(cg, ktime_get_ns()))
+		raw_spin_lock_irqsave(&cs_lock, flags);
+		if (!cs_find(cgroup_id(cg)) && cs_watch(cg, ktime_get_ns()))
 			adopted++;
+		raw_spin_unlock_irqrestore(&cs_lock, flags);
 	}
 	rcu_read_unlock();
-	spin_unlock_irqrestore(&cs_lock, flags);
 	on_each_cpu(cs_cpu_retag, NULL, 1);
 	return adopted;
 }
@@ -1090,7 +1162,7 @@ static long cs_attach_fd(int fd, bool attach)
 
 	if (IS_ERR(cgrp))
 		return PTR_ERR(cgrp);
-	spin_lock_irqsave(&cs_lock, flags);
+	raw_spin_lock_irqsave(&cs_lock, flags);
 	cg = cs_find(cgroup_id(cgrp));
 	owner = cg && cg->owner != cg->id ? cs_find(cg->owner) : cg;
 	if (!attach) {
@@ -1112,7 +1184,7 @@ static long cs_attach_fd(int fd, bool attach)
 			owner->manual = false;
 		ret = !owner ? -ENOMEM : owner->rmid ? owner->rmid : -ENOSPC;
 	}
-	spin_unlock_irqrestore(&cs_lock, flags);
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
 	cgroup_put(cgrp);
 	if (ret > 0)
 		on_each_cpu(cs_cpu_retag, NULL, 1);
@@ -1401,8 +1473,30 @@ nomem:
 	return -ENOMEM;
 }
 
+/*
+ * max_cgroups entries, and as many again (up to 1024) for entries deleted but still waiting
+ * out their RCU grace period.
+ */
+static int cs_pool_init(void)
+{
+	u32 n = max_cgroups + min_t(u32, max_cgroups, 1024), i;
+
+	cs_pool = kvcalloc(n, sizeof(*cs_pool), GFP_KERNEL);
+	if (!cs_pool)
+		return -ENOMEM;
+	for (i = 0; i < n; i++)
+		hlist_add_head(&cs_pool[i].node, &cs_pool_free);
+	return 0;
+}
+
 static void cs_free_all(void)
 {
+	irq_work_sync(&ring_wake);
+	/* Entries on their way back to the pool (call_rcu) land before it goes. */
+	rcu_barrier();
+	kvfree(cs_pool);
+	cs_pool = NULL;
+	INIT_HLIST_HEAD(&cs_pool_free);
 	cs_free_cpus();
 	cs_free_domains();
 	kfree(cs.rmids);
@@ -1419,6 +1513,7 @@ static int __init cs_init(void)
 	ret = cs_check_params();
 	if (ret)
 		return ret;
+	init_irq_work(&ring_wake, cs_ring_wake);
 	ret = cs_caps();
 	if (ret)
 		return ret;
@@ -1435,6 +1530,9 @@ static int __init cs_init(void)
 	ring = vmalloc(array_size(ring_records, sizeof(*ring)));
 	if (!ring)
 		return -ENOMEM;
+	ret = cs_pool_init();
+	if (ret)
+		goto fail;
 	ret = cs_init_domains();
 	if (ret)
 		goto fail;

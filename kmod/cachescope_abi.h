@@ -12,7 +12,7 @@
 #include <linux/types.h>
 #include <linux/ioctl.h>
 
-#define CACHESCOPE_ABI_VERSION	1
+#define CACHESCOPE_ABI_VERSION	2	/* 2: CS_REC_NO_RMID says why */
 #define CACHESCOPE_MAX_DOMAINS	64
 #define CACHESCOPE_MAX_RULES	32
 #define CACHESCOPE_RULE_LEN	256
@@ -22,9 +22,16 @@ enum cachescope_kind {
 	CS_REC_SAMPLE	= 1,	/* counters of an RMID in a domain, read at time_ns */
 	CS_REC_ATTACH	= 2,	/* the cgroup got rmid; mbm_* are the baseline in domain */
 	CS_REC_DETACH	= 3,	/* the last counters of the cgroup's rmid in domain */
-	CS_REC_NO_RMID	= 4,	/* the cgroup matched but runs untagged: none free */
+	CS_REC_NO_RMID	= 4,	/* the cgroup matched but runs untagged; occupancy = why */
 	CS_REC_OVERRUN	= 5,	/* occupancy = records lost since the last one read */
 	CS_REC_FREED	= 6,	/* rmid left limbo (clean in every domain) */
+};
+
+/* Why a CS_REC_NO_RMID record's cgroup runs untagged (its occupancy field). */
+enum cachescope_no_rmid {
+	CS_NO_RMID_EXHAUSTED	= 0,	/* every RMID is in use */
+	CS_NO_RMID_LIMBO	= 1,	/* none free: released ones wait in limbo */
+	CS_NO_RMID_TABLE_FULL	= 2,	/* max_cgroups are watched: this one is not */
 };
 
 /* Per-counter status bits, as the hardware reports them (QM_CTR bits 63 and 62). */

@@ -60,5 +60,6 @@ cat /dev/cachescope >/dev/null 2>&1 &
 sleep 0.3; kill $! 2>/dev/null; wait $! 2>/dev/null
 rmmod cachescope; say rmmod=$?
 dmesg | grep "cachescope:" | sed 's/^/CS-DMESG /'
+splats
 say done=1
 finish

@@ -17,6 +17,7 @@ use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
 use cachescope_engine::pmu::PmuSource;
 use cachescope_engine::{CacheBackend, ContainerSource, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
+use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
@@ -144,10 +145,20 @@ fn info(label: String, cpuid: String, emulated: Option<String>, l3_bytes: Option
         l3_bytes,
         mbm_width: 64,
         mbm_unit: 1,
+        mbm_correction: None,
         sampling: Sampling::Virtual,
         emulated,
         upkeep_every: Duration::from_millis(100),
         metadata: Vec::new(),
+    }
+}
+
+/// Linux's MBM correction factor where this CPU needs it (the msr and kmod backends read the
+/// counters themselves), said in the file metadata.
+fn mbm_correction(i: &mut BackendInfo, host: &CpuInfo) {
+    i.mbm_correction = MbmCorrection::for_cpu(host);
+    if let Some(c) = i.mbm_correction {
+        i.metadata.push(("cachescope.mbm_correction".into(), c.describe()));
     }
 }
 
@@ -434,7 +445,7 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
         args.containers.iter().filter(|g| *g != "auto").map(|g| g.trim_matches('/').to_string()).collect();
     let dev = cachescope_kmod::Device::open(Path::new(cachescope_kmod::device::DEFAULT_PATH))
         .map_err(CliError::unavailable)?;
-    let backend = cachescope_kmod::KmodBackend::new(Box::new(dev), &cachescope_kmod::rules(&extra), host.summary())
+    let mut backend = cachescope_kmod::KmodBackend::new(Box::new(dev), &cachescope_kmod::rules(&extra), host.summary())
         .map_err(|e| match e {
             cachescope_kmod::KmodError::Rule { .. } => CliError::input(format!("--containers: {e}")),
             e => CliError::unavailable(e),
@@ -450,6 +461,8 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
         eprintln!(
             "cachescope: LLC occupancy and memory bandwidth are EMULATED by the kernel module (loaded with emulate=1)"
         );
+    } else {
+        mbm_correction(backend.info_mut(), host);
     }
     // PMU counts are charged to the module's domains: emulated ones deal CPUs round robin.
     let params = cachescope_kmod::device::parameters(Path::new(cachescope_kmod::device::SYSFS)).unwrap_or_default();
@@ -483,6 +496,7 @@ fn msr(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
     let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
     let mut i = info("msr".into(), host.summary(), None, l3_bytes);
+    mbm_correction(&mut i, host);
     i.sampling = Sampling::Tick;
     i.upkeep_every = Duration::from_secs(1);
     let cfg = rmid_config(&caps, l3_bytes.unwrap_or(0));

@@ -61,6 +61,7 @@ fn backend(p: &Arc<EmuPlatform>, min_limbo: Duration, tag: bool) -> MsrBackend<A
         l3_bytes: Some(p.l3_bytes()),
         mbm_width: 0,
         mbm_unit: 0,
+        mbm_correction: None,
         sampling: Sampling::Virtual,
         emulated: Some("a scenario".into()),
         upkeep_every: Duration::from_millis(10),

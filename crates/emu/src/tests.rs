@@ -35,6 +35,23 @@ fn cpuid_is_the_vectors() {
 }
 
 #[test]
+fn the_mbm_correction_factor_follows_the_vector() {
+    use cachescope_hw::mbm_cf::MbmCorrection;
+    let of = |model: &str| {
+        let p = EmuPlatform::new(&scenario(model, "")).unwrap();
+        MbmCorrection::for_cpu(&CpuInfo::decode(&CpuidSnapshot::capture(&p).unwrap()))
+    };
+    // Skylake-SP (family 6 model 0x55), 192 RMIDs: entry 23 of Linux's table.
+    let c = of("intel-xeon-platinum-8160").expect("Skylake-X is corrected");
+    assert_eq!((c.above_rmid, c.factor_q20), (127, 1_016_850));
+    assert_eq!((c.apply(127, 1000), c.apply(128, 1000)), (1000, 969));
+    // Broadwell-EP (model 0x4F), 64 RMIDs: entry 7, a factor of 1. Others: none.
+    for model in ["intel-xeon-e5-2620v4", "intel-xeon-platinum-8351n", "amd-epyc-7742"] {
+        assert_eq!(of(model), None, "{model}");
+    }
+}
+
+#[test]
 fn general_protection_paths() {
     let p = EmuPlatform::new(&scenario("intel-xeon-platinum-8160", "")).unwrap();
     // RMID above the maximum (191; the field is 8 bits wide, so 192..=255 fit but are invalid).

@@ -5,6 +5,7 @@
 use crate::containers::{Container, ContainerSource};
 use crate::row::{ContainerMeta, Status};
 use crate::slots::WaitReason;
+use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::Cumulative;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +41,9 @@ pub struct BackendInfo {
     /// Width of the MBM counters as delivered (64: they do not wrap) and bytes per count.
     pub mbm_width: u32,
     pub mbm_unit: u64,
+    /// The MBM counts of some RMIDs need Linux's correction factor (Broadwell-X, Skylake-X):
+    /// backends that read the MSRs themselves set it; resctrl and perf deliver corrected bytes.
+    pub mbm_correction: Option<MbmCorrection>,
     pub sampling: Sampling,
     /// Why the values are emulated and what drives them; None when measured.
     pub emulated: Option<String>,
@@ -145,6 +149,7 @@ impl Unsupported {
                 l3_bytes,
                 mbm_width: 64,
                 mbm_unit: 1,
+                mbm_correction: None,
                 sampling: Sampling::Unsupported,
                 emulated: None,
                 upkeep_every: Duration::from_secs(1),

@@ -376,7 +376,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         p: parts,
         interval: opts.interval,
         slots: Slots::default(),
-        derive: Derive::new(info.mbm_width, info.mbm_unit, realtime_ns()),
+        derive: Derive::new(info.mbm_width, info.mbm_unit, realtime_ns()).with_correction(info.mbm_correction),
         join: Join::default(),
         counted,
         origin: clock.origin(),

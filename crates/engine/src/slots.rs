@@ -23,6 +23,8 @@ pub enum WaitReason {
     CannotTag,
     /// Its monitoring group vanished and could not be re-created.
     Lost,
+    /// The kernel module watches as many cgroups as it may (its max_cgroups).
+    TableFull,
 }
 
 impl WaitReason {
@@ -34,6 +36,7 @@ impl WaitReason {
             WaitReason::BadId => "id refused as a group name",
             WaitReason::CannotTag => "cannot be tagged by this backend",
             WaitReason::Lost => "group lost",
+            WaitReason::TableFull => "the module's cgroup table is full",
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod cpuid;
 pub mod cpulist;
+pub mod mbm_cf;
 pub mod msr;
 
 pub use cpuid::{CpuInfo, CpuidError, CpuidSnapshot, CpuidSource, Regs, Vendor};

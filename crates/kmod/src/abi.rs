@@ -6,7 +6,8 @@
 /// The header, for tests and for people reading `cachescope info`.
 pub const HEADER: &str = include_str!("../../../kmod/cachescope_abi.h");
 
-pub const ABI_VERSION: u32 = 1;
+/// 2: a NO_RMID record says why in its occupancy field ([`no_rmid`]).
+pub const ABI_VERSION: u32 = 2;
 pub const RECORD_SIZE: usize = 48;
 pub const MAX_DOMAINS: usize = 64;
 pub const MAX_RULES: usize = 32;
@@ -21,6 +22,13 @@ pub mod kind {
     pub const NO_RMID: u8 = 4;
     pub const OVERRUN: u8 = 5;
     pub const FREED: u8 = 6;
+}
+
+/// Why a NO_RMID record's cgroup runs untagged (its occupancy field).
+pub mod no_rmid {
+    pub const EXHAUSTED: u64 = 0;
+    pub const LIMBO: u64 = 1;
+    pub const TABLE_FULL: u64 = 2;
 }
 
 pub mod flags {
@@ -200,6 +208,16 @@ mod tests {
             line.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)
         };
         assert_eq!(define("CACHESCOPE_ABI_VERSION"), u64::from(ABI_VERSION));
+        let member = |name: &str| -> u64 {
+            let line = HEADER.lines().find(|l| l.trim_start().starts_with(&format!("{name}\t"))).unwrap_or_default();
+            line.split('=')
+                .nth(1)
+                .and_then(|v| v.trim().trim_end_matches(|c| c != ',').trim_end_matches(',').trim().parse().ok())
+                .unwrap_or(u64::MAX)
+        };
+        assert_eq!(member("CS_NO_RMID_EXHAUSTED"), no_rmid::EXHAUSTED);
+        assert_eq!(member("CS_NO_RMID_LIMBO"), no_rmid::LIMBO);
+        assert_eq!(member("CS_NO_RMID_TABLE_FULL"), no_rmid::TABLE_FULL);
         assert_eq!(define("CACHESCOPE_MAX_DOMAINS"), MAX_DOMAINS as u64);
         assert_eq!(define("CACHESCOPE_MAX_RULES"), MAX_RULES as u64);
         assert_eq!(define("CACHESCOPE_RULE_LEN"), RULE_LEN as u64);
@@ -210,7 +228,7 @@ mod tests {
     #[test]
     fn refuses_other_versions() {
         let mut i = Info {
-            abi_version: 1,
+            abi_version: ABI_VERSION,
             record_size: 48,
             nr_domains: 1,
             num_rmids: 4,
@@ -219,9 +237,9 @@ mod tests {
             ..Default::default()
         };
         assert!(check(&i).is_ok());
-        i.abi_version = 2;
-        assert!(check(&i).unwrap_err().contains("ABI 2"));
         i.abi_version = 1;
+        assert!(check(&i).unwrap_err().contains("ABI 1"));
+        i.abi_version = ABI_VERSION;
         i.record_size = 56;
         assert!(check(&i).is_err());
     }

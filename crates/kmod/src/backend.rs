@@ -2,7 +2,7 @@
 //! creation when they match the rules, or when attached here), sampled there every interval,
 //! and drained here once per batch; each record keeps the kernel's timestamp.
 
-use crate::abi::{flags, kind, Info, Record, Stats};
+use crate::abi::{self, flags, kind, Info, Record, Stats};
 use crate::device::{KernelDevice, KmodError};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
@@ -98,6 +98,7 @@ impl KmodBackend {
             l3_bytes: Some(k.l3_bytes),
             mbm_width: k.ctr_width,
             mbm_unit: k.upscale,
+            mbm_correction: None,
             sampling: Sampling::Kernel,
             emulated,
             upkeep_every: Duration::from_millis(100),
@@ -164,7 +165,7 @@ impl KmodBackend {
             kind::NO_RMID => {
                 if t.rmid.take().is_some() {
                     let id = t.meta.id.clone();
-                    self.no_rmid.push((id, WaitReason::Exhausted));
+                    self.no_rmid.push((id, no_rmid_reason(r.occupancy)));
                 }
                 return None;
             }
@@ -215,6 +216,22 @@ impl KmodBackend {
     }
 }
 
+/// What the module says of a cgroup it runs untagged.
+fn no_rmid_reason(why: u64) -> WaitReason {
+    match why {
+        abi::no_rmid::LIMBO => WaitReason::Limbo,
+        abi::no_rmid::TABLE_FULL => WaitReason::TableFull,
+        _ => WaitReason::Exhausted,
+    }
+}
+
+impl KmodBackend {
+    /// What it says of itself, for the part the module cannot know (Linux's MBM correction).
+    pub fn info_mut(&mut self) -> &mut BackendInfo {
+        &mut self.info
+    }
+}
+
 impl CacheBackend for KmodBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -232,6 +249,10 @@ impl CacheBackend for KmodBackend {
             Ok(r) => r,
             // Gone already: its stop follows from the container source.
             Err(KmodError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => None,
+            // The module's table of cgroups (max_cgroups) is full: retried as cgroups go.
+            Err(KmodError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOMEM) => {
+                return Ok(Attach::Waiting(WaitReason::TableFull))
+            }
             Err(e) => return Err(e.to_string()),
         };
         let Some(rmid) = rmid else {

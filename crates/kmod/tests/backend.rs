@@ -6,7 +6,7 @@
 use cachescope_engine::backend::{Attach, CacheBackend, RawSample};
 use cachescope_engine::sink::{Flow, Sink};
 use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row, Status, WaitReason};
-use cachescope_kmod::abi::{flags, kind, Record};
+use cachescope_kmod::abi::{flags, kind, no_rmid, Record};
 use cachescope_kmod::fake::FakeKernel;
 use cachescope_kmod::KmodBackend;
 use std::path::PathBuf;
@@ -132,10 +132,17 @@ fn waiting_for_an_rmid_and_losing_one() {
     k.state().answers.insert(c.dir.clone().unwrap(), Some(3));
     assert_eq!(b.attach(&c, &NoContainers, Duration::ZERO).unwrap(), Attach::Monitored { rmid: Some(3) });
     assert_eq!(collect(&mut b).len(), 1, "the baseline was kept");
-    // The kernel says it runs untagged now: the RMID policy hears it at upkeep.
-    k.push(rec(kind::NO_RMID, 6, 8, 0, 0));
+    // The kernel says it runs untagged now, and why: the RMID policy hears it at upkeep.
+    let untagged = |why| Record { occupancy: why, ..rec(kind::NO_RMID, 6, 8, 0, 0) };
+    k.push(untagged(no_rmid::LIMBO));
     assert!(collect(&mut b).is_empty());
-    assert_eq!(b.upkeep(Duration::ZERO, &NoContainers).unwrap(), vec![("b".to_string(), WaitReason::Exhausted)]);
+    assert_eq!(b.upkeep(Duration::ZERO, &NoContainers).unwrap(), vec![("b".to_string(), WaitReason::Limbo)]);
+    for (why, reason) in [(no_rmid::EXHAUSTED, WaitReason::Exhausted), (no_rmid::TABLE_FULL, WaitReason::TableFull)] {
+        assert_eq!(b.attach(&c, &NoContainers, Duration::ZERO).unwrap(), Attach::Monitored { rmid: Some(3) });
+        k.push(untagged(why));
+        assert!(collect(&mut b).is_empty());
+        assert_eq!(b.upkeep(Duration::ZERO, &NoContainers).unwrap(), vec![("b".to_string(), reason)]);
+    }
     // Detaching a live container gives its RMID back to the kernel.
     b.attach(&container("c", 9), &NoContainers, Duration::ZERO).unwrap();
     b.detach("c", Duration::ZERO).unwrap();

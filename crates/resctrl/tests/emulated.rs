@@ -102,6 +102,7 @@ impl Run {
             l3_bytes: None,
             mbm_width: 0,
             mbm_unit: 0,
+            mbm_correction: None,
             sampling: Sampling::Tick,
             emulated: None,
             upkeep_every: Duration::from_millis(500),

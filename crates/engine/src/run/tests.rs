@@ -36,6 +36,7 @@ impl Fake {
                 l3_bytes: Some(1 << 20),
                 mbm_width: 10,
                 mbm_unit: 64,
+                mbm_correction: None,
                 sampling,
                 emulated: None,
                 upkeep_every: Duration::from_millis(10),

@@ -64,6 +64,7 @@ fn info() -> BackendInfo {
         l3_bytes: None,
         mbm_width: 0,
         mbm_unit: 0,
+        mbm_correction: None,
         sampling: Sampling::Virtual,
         emulated: None,
         upkeep_every: Duration::from_secs(1),
