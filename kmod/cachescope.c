@@ -20,6 +20,7 @@
 
 #include <linux/bitmap.h>
 #include <linux/cgroup.h>
+#include <linux/cpuhotplug.h>
 #include <linux/cpumask.h>
 #include <linux/file.h>
 #include <linux/fs.h>
@@ -139,12 +140,12 @@ struct cs_cpu {
 	u64 *emu_ns;		/* emulation: ns per RMID not yet collected */
 	unsigned long *ran;	/* RMIDs that ran here since the domain's last tick */
 	u64 switches, writes;
-	int domain;		/* index */
+	int domain;		/* index; -1: its L3 was not known at load */
 };
 
 struct cs_domain {
 	u32 id;
-	int cpu;		/* the timer's */
+	int cpu;		/* the timer's; -1 while every CPU of the domain is offline */
 	struct cpumask cpus;
 	struct hrtimer timer;
 	raw_spinlock_t lock;	/* the model and the last values */
@@ -738,9 +739,21 @@ static void cs_emu_collect(struct cs_domain *d, u64 now)
 }
 
 /* Under cs_lock and d->lock: final counters of closing RMIDs, limbo checks, hand-outs. */
+/* The domains with a CPU online: an RMID is done when each of them has read it. */
+static u64 cs_live_domains(void)
+{
+	u64 all = 0;
+	u32 d;
+
+	for (d = 0; d < cs.nr_domains; d++)
+		if (READ_ONCE(cs.domains[d].cpu) >= 0)
+			all |= BIT_ULL(d);
+	return all;
+}
+
 static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 {
-	u64 all = (cs.nr_domains >= 64) ? ~0ULL : (BIT_ULL(cs.nr_domains) - 1);
+	u64 all = cs_live_domains();
 	bool limbo_turn = d->ticks % CS_LIMBO_EVERY == 0;
 	struct cachescope_record rec;
 	u32 r;
@@ -754,7 +767,7 @@ static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 			cs_read(d, r, true, &rec);
 			cs_push(&rec);
 			s->done |= BIT_ULL(di);
-			if (s->done == all) {
+			if ((s->done & all) == all) {
 				s->state = CS_LIMBO;
 				s->done = 0;
 			}
@@ -764,7 +777,7 @@ static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 			if (!(rec.flags & (CS_F_OCC_ERROR | CS_F_OCC_UNAVAIL)) &&
 			    rec.occupancy * cs.upscale <= cs.limbo)
 				s->done |= BIT_ULL(di);
-			if (s->done == all) {
+			if ((s->done & all) == all) {
 				s->state = CS_FREE;
 				s->cgid = 0;
 				list_add_tail(&s->free, &cs.free);
@@ -922,6 +935,8 @@ static int cs_start(void)
 	u32 d;
 	int ret;
 
+	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
+	cpus_read_lock();
 	on_each_cpu(cs_cpu_start, NULL, 1);
 	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
 		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
@@ -929,12 +944,15 @@ static int cs_start(void)
 			pr_err("cannot probe %s: %d\n", cs_tps[i].name, ret);
 			cs_stop_probes(i);
 			on_each_cpu(cs_cpu_stop, NULL, 1);
+			cpus_read_unlock();
 			return ret;
 		}
 	}
 	for (d = 0; d < cs.nr_domains; d++)
-		smp_call_function_single(cs.domains[d].cpu, cs_timer_start, &cs.domains[d], 1);
+		if (cs.domains[d].cpu >= 0)
+			smp_call_function_single(cs.domains[d].cpu, cs_timer_start, &cs.domains[d], 1);
 	cs.running = true;
+	cpus_read_unlock();
 	return 0;
 }
 
@@ -959,9 +977,12 @@ static void cs_stop(void)
 	if (!cs.running)
 		return;
 	cs_stop_probes(ARRAY_SIZE(cs_tps));
+	cpus_read_lock();
 	for (d = 0; d < cs.nr_domains; d++)
 		hrtimer_cancel(&cs.domains[d].timer);
 	on_each_cpu(cs_cpu_stop, NULL, 1);
+	cs.running = false;
+	cpus_read_unlock();
 	raw_spin_lock_irqsave(&cs_lock, flags);
 	hash_for_each_safe(cs_table, bkt, tmp, cg, node) {
 		if (cg->owner == cg->id)
@@ -976,7 +997,105 @@ static void cs_stop(void)
 		}
 	raw_spin_unlock_irqrestore(&cs_lock, flags);
 	cs_put_rules(NULL);
-	cs.running = false;
+}
+
+/* ---- CPU hotplug ---- */
+
+static enum cpuhp_state cs_hp_state;
+static u32 cs_domain_id(int cpu);
+
+/* Under d->lock: a domain that lost its last CPU says so for every RMID in use there. */
+static void cs_domain_gone(struct cs_domain *d, u64 now)
+{
+	struct cachescope_record rec;
+	u32 r;
+
+	for (r = 1; r < cs.num_rmids; r++) {
+		if (READ_ONCE(cs.rmids[r].state) != CS_INUSE)
+			continue;
+		rec = (struct cachescope_record){
+			.time_ns = now, .cgroup_id = READ_ONCE(cs.rmids[r].cgid), .rmid = r,
+			.domain = d->id, .kind = CS_REC_SAMPLE,
+			.flags = CS_F_OCC_UNAVAIL | CS_F_TOTAL_UNAVAIL | CS_F_LOCAL_UNAVAIL,
+		};
+		cs_push(&rec);
+	}
+}
+
+/*
+ * On the CPU coming up, before the scheduler activates it (CPUHP_AP_ONLINE_DYN): it joins
+ * its domain, a session's PQR_ASSOC is set before ordinary tasks run here, and a domain that
+ * had no CPU left gets its timer back.
+ */
+static int cs_cpu_online(unsigned int cpu)
+{
+	struct cs_cpu *c = per_cpu_ptr(&cs_cpu, cpu);
+	struct cs_domain *d = NULL;
+	unsigned long flags;
+	bool timer = false;
+	u32 i, id = cs_domain_id(cpu);
+
+	for (i = 0; i < cs.nr_domains; i++)
+		if (cs.domains[i].id == id)
+			d = &cs.domains[i];
+	c->domain = d ? d - cs.domains : -1;
+	if (d) {
+		raw_spin_lock_irqsave(&d->lock, flags);
+		cpumask_set_cpu(cpu, &d->cpus);
+		if (d->cpu < 0) {
+			WRITE_ONCE(d->cpu, cpu);
+			timer = true;
+		}
+		raw_spin_unlock_irqrestore(&d->lock, flags);
+	}
+	if (!cs.running)
+		return 0;
+	local_irq_save(flags);
+	cs_cpu_start(NULL);
+	/* c->rmid holds what PQR_ASSOC holds now: force the write for what runs here. */
+	cs_retag(c, current);
+	local_irq_restore(flags);
+	if (d && timer)
+		cs_timer_start(d);
+	return 0;
+}
+
+/* On the CPU going down: PQR_ASSOC as found, and its domain's timer moves to a CPU left. */
+static int cs_cpu_offline(unsigned int cpu)
+{
+	struct cs_cpu *c = per_cpu_ptr(&cs_cpu, cpu);
+	struct cs_domain *d;
+	unsigned long flags;
+	unsigned int next;
+
+	if (cs.running) {
+		local_irq_save(flags);
+		cs_cpu_stop(NULL);
+		local_irq_restore(flags);
+	}
+	if (c->domain < 0)
+		return 0;
+	d = &cs.domains[c->domain];
+	/* The timer first: a tick between the two would find itself on a CPU not the domain's. */
+	if (d->cpu == (int)cpu && cs.running)
+		hrtimer_cancel(&d->timer);
+	raw_spin_lock_irqsave(&d->lock, flags);
+	cpumask_clear_cpu(cpu, &d->cpus);
+	raw_spin_unlock_irqrestore(&d->lock, flags);
+	if (d->cpu != (int)cpu)
+		return 0;
+	next = cpumask_any_but(&d->cpus, cpu);
+	WRITE_ONCE(d->cpu, next < nr_cpu_ids ? (int)next : -1);
+	if (!cs.running)
+		return 0;
+	if (d->cpu >= 0) {
+		smp_call_function_single(d->cpu, cs_timer_start, d, 1);
+	} else {
+		raw_spin_lock_irqsave(&d->lock, flags);
+		cs_domain_gone(d, ktime_get_ns());
+		raw_spin_unlock_irqrestore(&d->lock, flags);
+	}
+	return 0;
 }
 
 /* ---- the device ---- */
@@ -1439,6 +1558,9 @@ static int cs_init_domains(void)
 			bitmap_fill(dom->known, cs.num_rmids);
 		}
 	}
+	/* CPUs that come online later join their domain then (cs_cpu_online). */
+	for_each_possible_cpu(cpu)
+		per_cpu(cs_cpu, cpu).domain = -1;
 	for_each_online_cpu(cpu) {
 		u32 id = cs_domain_id(cpu);
 
@@ -1536,13 +1658,21 @@ static int __init cs_init(void)
 	ret = cs_init_domains();
 	if (ret)
 		goto fail;
+	/* The CPUs online now are in their domains: only later changes call back. */
+	ret = cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "cachescope:online",
+					cs_cpu_online, cs_cpu_offline);
+	if (ret < 0)
+		goto fail;
+	cs_hp_state = ret;
 	ret = misc_register(&cs_misc);
 	if (ret)
-		goto fail;
+		goto fail_hp;
 	pr_info("%s: %u RMIDs, %u L3 domains of %llu KiB, MBM %u bits x %llu bytes, every %u us\n",
 		emulate ? "EMULATED" : "RDT", cs.num_rmids, cs.nr_domains, cs.l3_bytes >> 10,
 		cs.width, cs.upscale, interval_us);
 	return 0;
+fail_hp:
+	cpuhp_remove_state_nocalls(cs_hp_state);
 fail:
 	cs_free_all();
 	return ret;
@@ -1551,6 +1681,7 @@ fail:
 static void __exit cs_exit(void)
 {
 	misc_deregister(&cs_misc);
+	cpuhp_remove_state_nocalls(cs_hp_state);
 	/* No session is open (the device held a module reference): nothing runs. */
 	cs_free_all();
 	pr_info("unloaded; IA32_PQR_ASSOC restored on every CPU at the last close\n");

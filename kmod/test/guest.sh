@@ -44,7 +44,16 @@ sleep 0.5
 # The third container runs: its lines evict busy's, whose RMID leaves limbo for "over".
 taskset 0x1 sh -c 'echo $$ > /sys/fs/cgroup/ctr/extra/cgroup.procs; while :; do :; done' &
 E=$!
-sleep 3
+sleep 1
+# CPU hotplug while sampling: CPU 1 (emulated domain 1, alone there) goes and comes back; its
+# domain reports unavailable meanwhile and samples again after.
+H=/sys/devices/system/cpu/cpu1/online
+if [ -e $H ]; then
+  echo 0 > $H; say cpu1_off=$?
+  sleep 1
+  echo 1 > $H; say cpu1_on=$?
+fi
+sleep 1
 kill -9 $E; wait $E 2>/dev/null
 say extra_usage_usec=$(usage extra)
 say idle_usage_usec=$(usage idle)

@@ -5,8 +5,9 @@
 //! idle one, a third and a fifth on five emulated RMIDs.
 //! Checked here: the load-time refusals, accounting from the first millisecond (emulated MBM
 //! equals the cgroup's CPU time at 1 byte/ns), occupancy within the emulated L3, exhaustion
-//! reported, a freed RMID reused only when clean, one session at a time, unload, and a dmesg
-//! with no WARNING, BUG, atomic-sleep report or kCFI trap. Kernels: see `kernels()`.
+//! reported, a freed RMID reused only when clean, one session at a time, CPU 1 taken offline
+//! and back while sampling (its domain unavailable meanwhile), unload, and a dmesg with no
+//! WARNING, BUG, atomic-sleep report or kCFI trap. Kernels: see `kernels()`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -123,6 +124,20 @@ fn check_kernel(kernel: &str) {
         idle <= idle_ns * 102 / 100 + 1_000_000,
         "{kernel}: the idle container was charged {idle} bytes for {idle_ns} ns"
     );
+
+    // CPU hotplug while sampling: CPU 1, alone in emulated domain 1, went offline and came
+    // back. The domain said it was unavailable (no number) and sampled again afterwards.
+    assert_eq!((r("cpu1_off").as_str(), r("cpu1_on").as_str()), ("0", "0"), "{kernel}: CPU 1 off and on");
+    let mut d1: Vec<&Value> = rows.iter().filter(|row| u(&row["domain"]) == 1).collect();
+    d1.sort_by_key(|row| u(&row["time_ns"]));
+    let gone = d1
+        .iter()
+        .position(|row| row["status"] == "unavailable")
+        .unwrap_or_else(|| panic!("{kernel}: domain 1 never said it was unavailable"));
+    assert!(d1[gone]["llc_occupancy_bytes"].is_null() && d1[gone]["mbm_total_bytes"].is_null());
+    let back = d1[gone..].iter().filter(|row| row["status"] == "ok").count();
+    println!("{kernel}: domain 1 unavailable while CPU 1 was offline, then {back} rows ok");
+    assert!(back > 0, "{kernel}: domain 1 sampled again once CPU 1 was back");
 
     // Occupancy within the emulated L3, per row and per domain at each tick.
     let mut per_tick: HashMap<(u64, u64), u64> = HashMap::new();
