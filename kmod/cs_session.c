@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: GPL-2.0
+/* cachescope: a session's probes and timers, and CPU hotplug. */
+#include "cs_internal.h"
+
+/* ---- probes and timers for a session ---- */
+
+struct cs_tp {
+	const char *name;
+	void *probe;
+	struct tracepoint *tp;
+};
+
+static struct cs_tp cs_tps[] = {
+	{ "cgroup_mkdir", cs_probe_mkdir },
+	{ "cgroup_rmdir", cs_probe_rmdir },
+	{ "cgroup_attach_task", cs_probe_attach },
+	{ "sched_switch", cs_probe_switch },
+	{ "sched_stat_runtime", cs_probe_runtime },
+};
+
+static void cs_find_tp(struct tracepoint *tp, void *priv)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(cs_tps); i++)
+		if (!strcmp(tp->name, cs_tps[i].name))
+			cs_tps[i].tp = tp;
+}
+
+/* Out-of-tree modules find tracepoints by walking them. */
+int cs_find_tps(void)
+{
+	size_t i;
+
+	for_each_kernel_tracepoint(cs_find_tp, NULL);
+	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
+		if (!cs_tps[i].tp) {
+			pr_err("tracepoint %s not found\n", cs_tps[i].name);
+			return -ENOENT;
+		}
+	}
+	return 0;
+}
+
+static void cs_cpu_start(void *unused)
+{
+	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
+
+	if (!emulate) {
+		rdmsr(CS_MSR_PQR_ASSOC, c->orig_lo, c->orig_hi);
+		c->closid = c->orig_hi;
+	}
+	c->rmid = emulate ? 0 : c->orig_lo & 0x3ff;
+	c->since = ktime_get_ns();
+	c->recheck = true;
+}
+
+static void cs_cpu_stop(void *unused)
+{
+	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
+
+	if (!emulate)
+		wrmsr(CS_MSR_PQR_ASSOC, c->orig_lo, c->orig_hi);
+	c->rmid = 0;
+}
+
+/* Re-tag what each CPU runs now (after rules adopted running tasks' cgroups). */
+void cs_cpu_retag(void *unused)
+{
+	cs_retag(this_cpu_ptr(&cs_cpu), current);
+}
+
+static void cs_timer_start(void *data)
+{
+	struct cs_domain *d = data;
+
+	hrtimer_start(&d->timer, ns_to_ktime(cs.interval_ns), HRTIMER_MODE_REL_PINNED_HARD);
+}
+
+static void cs_stop_probes(size_t n)
+{
+	while (n-- > 0)
+		tracepoint_probe_unregister(cs_tps[n].tp, cs_tps[n].probe, NULL);
+	tracepoint_synchronize_unregister();
+}
+
+int cs_start(void)
+{
+	size_t i;
+	u32 d;
+	int ret;
+
+	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
+	cpus_read_lock();
+	on_each_cpu(cs_cpu_start, NULL, 1);
+	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
+		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
+		if (ret) {
+			pr_err("cannot probe %s: %d\n", cs_tps[i].name, ret);
+			cs_stop_probes(i);
+			on_each_cpu(cs_cpu_stop, NULL, 1);
+			cpus_read_unlock();
+			return ret;
+		}
+	}
+	for (d = 0; d < cs.nr_domains; d++)
+		if (cs.domains[d].cpu >= 0)
+			smp_call_function_single(cs.domains[d].cpu, cs_timer_start, &cs.domains[d], 1);
+	cs.running = true;
+	cpus_read_unlock();
+	return 0;
+}
+
+/* Under cs_session: ru replaces the rules (NULL: none); the old ones go after a grace period. */
+void cs_put_rules(struct cs_rules *ru)
+{
+	struct cs_rules *old = rcu_replace_pointer(cs_rules, ru, lockdep_is_held(&cs_session));
+
+	if (old)
+		kfree_rcu(old, rcu);
+}
+
+/* Everything back: no probe, no timer, PQR_ASSOC as found, every RMID to limbo. */
+void cs_stop(void)
+{
+	struct hlist_node *tmp;
+	struct cs_cg *cg;
+	unsigned long flags;
+	u32 d;
+	int bkt;
+
+	if (!cs.running)
+		return;
+	cs_stop_probes(ARRAY_SIZE(cs_tps));
+	cpus_read_lock();
+	for (d = 0; d < cs.nr_domains; d++)
+		hrtimer_cancel(&cs.domains[d].timer);
+	on_each_cpu(cs_cpu_stop, NULL, 1);
+	cs.running = false;
+	cpus_read_unlock();
+	raw_spin_lock_irqsave(&cs_lock, flags);
+	hash_for_each_safe(cs_table, bkt, tmp, cg, node) {
+		if (cg->owner == cg->id)
+			cs_release(cg);
+		cs_del(cg);
+	}
+	/* Closing RMIDs had their last read, or nobody is left to want it. */
+	for (d = 1; d < cs.num_rmids; d++)
+		if (cs.rmids[d].state == CS_CLOSING) {
+			cs.rmids[d].state = CS_LIMBO;
+			cs.rmids[d].done = 0;
+		}
+	raw_spin_unlock_irqrestore(&cs_lock, flags);
+	cs_put_rules(NULL);
+}
+
+/* ---- CPU hotplug ---- */
+
+enum cpuhp_state cs_hp_state;
+
+/* Under d->lock: a domain that lost its last CPU says so for every RMID in use there. */
+static void cs_domain_gone(struct cs_domain *d, u64 now)
+{
+	struct cachescope_record rec;
+	u32 r;
+
+	for (r = 1; r < cs.num_rmids; r++) {
+		if (READ_ONCE(cs.rmids[r].state) != CS_INUSE)
+			continue;
+		rec = (struct cachescope_record){
+			.time_ns = now, .cgroup_id = READ_ONCE(cs.rmids[r].cgid), .rmid = r,
+			.domain = d->id, .kind = CS_REC_SAMPLE,
+			.flags = CS_F_OCC_UNAVAIL | CS_F_TOTAL_UNAVAIL | CS_F_LOCAL_UNAVAIL,
+		};
+		cs_push(&rec);
+	}
+}
+
+/*
+ * On the CPU coming up, before the scheduler activates it (CPUHP_AP_ONLINE_DYN): it joins
+ * its domain, a session's PQR_ASSOC is set before ordinary tasks run here, and a domain that
+ * had no CPU left gets its timer back.
+ */
+int cs_cpu_online(unsigned int cpu)
+{
+	struct cs_cpu *c = per_cpu_ptr(&cs_cpu, cpu);
+	struct cs_domain *d = NULL;
+	unsigned long flags;
+	bool timer = false;
+	u32 i, id = cs_domain_id(cpu);
+
+	for (i = 0; i < cs.nr_domains; i++)
+		if (cs.domains[i].id == id)
+			d = &cs.domains[i];
+	c->domain = d ? d - cs.domains : -1;
+	if (d) {
+		raw_spin_lock_irqsave(&d->lock, flags);
+		cpumask_set_cpu(cpu, &d->cpus);
+		if (d->cpu < 0) {
+			WRITE_ONCE(d->cpu, cpu);
+			timer = true;
+		}
+		raw_spin_unlock_irqrestore(&d->lock, flags);
+	}
+	if (!cs.running)
+		return 0;
+	local_irq_save(flags);
+	cs_cpu_start(NULL);
+	/* c->rmid holds what PQR_ASSOC holds now: force the write for what runs here. */
+	cs_retag(c, current);
+	local_irq_restore(flags);
+	if (d && timer)
+		cs_timer_start(d);
+	return 0;
+}
+
+/* On the CPU going down: PQR_ASSOC as found, and its domain's timer moves to a CPU left. */
+int cs_cpu_offline(unsigned int cpu)
+{
+	struct cs_cpu *c = per_cpu_ptr(&cs_cpu, cpu);
+	struct cs_domain *d;
+	unsigned long flags;
+	unsigned int next;
+
+	if (cs.running) {
+		local_irq_save(flags);
+		cs_cpu_stop(NULL);
+		local_irq_restore(flags);
+	}
+	if (c->domain < 0)
+		return 0;
+	d = &cs.domains[c->domain];
+	/* The timer first: a tick between the two would find itself on a CPU not the domain's. */
+	if (d->cpu == (int)cpu && cs.running)
+		hrtimer_cancel(&d->timer);
+	raw_spin_lock_irqsave(&d->lock, flags);
+	cpumask_clear_cpu(cpu, &d->cpus);
+	raw_spin_unlock_irqrestore(&d->lock, flags);
+	if (d->cpu != (int)cpu)
+		return 0;
+	next = cpumask_any_but(&d->cpus, cpu);
+	WRITE_ONCE(d->cpu, next < nr_cpu_ids ? (int)next : -1);
+	if (!cs.running)
+		return 0;
+	if (d->cpu >= 0) {
+		smp_call_function_single(d->cpu, cs_timer_start, d, 1);
+	} else {
+		raw_spin_lock_irqsave(&d->lock, flags);
+		cs_domain_gone(d, ktime_get_ns());
+		raw_spin_unlock_irqrestore(&d->lock, flags);
+	}
+	return 0;
+}
