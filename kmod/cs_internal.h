@@ -37,6 +37,7 @@
 #include <linux/version.h>
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 #include <asm/apicdef.h>
 #include <asm/cpufeature.h>
 #include <asm/msr.h>
@@ -56,7 +57,7 @@
 /* The tracepoints' path buffer (TRACE_CGROUP_PATH_LEN) bounds what rules are matched on. */
 #define CS_PATH_MAX		1024
 #define CS_RULES_BYTES		1024
-#define CS_LIMBO_EVERY		10	/* ticks between limbo checks */
+#define CS_LIMBO_EVERY		10	/* intervals between limbo walks */
 #define CS_BOUNCE		128	/* records copied out per lock hold */
 
 /* Module parameters (cs_main.c). */
@@ -120,6 +121,7 @@ struct cs_domain {
 	unsigned long *known;		/* last_* read at least once */
 	u64 *emu_bytes, *emu_fed, *emu_occ;
 	u64 emu_sum;
+	struct delayed_work limbo_work;	/* on the timer's CPU, every CS_LIMBO_EVERY intervals */
 };
 
 struct cs {
@@ -182,6 +184,13 @@ void cs_probe_attach(void *data, struct cgroup *dst, const char *path,
 void cs_probe_mkdir(void *data, struct cgroup *cgrp, const char *path);
 void cs_probe_rmdir(void *data, struct cgroup *cgrp, const char *path);
 enum hrtimer_restart cs_tick(struct hrtimer *t);
+void cs_limbo_work(struct work_struct *w);
+
+/* How long the limbo worker waits between its walks. */
+static inline unsigned long cs_limbo_delay(void)
+{
+	return max(nsecs_to_jiffies(cs.interval_ns * CS_LIMBO_EVERY), 1UL);
+}
 int cs_find_tps(void);
 void cs_cpu_retag(void *unused);
 int cs_start(void);

@@ -244,6 +244,7 @@ static int cs_init_domains(void)
 		hrtimer_init(&dom->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_HARD);
 		dom->timer.function = cs_tick;
 #endif
+		INIT_DELAYED_WORK(&dom->limbo_work, cs_limbo_work);
 		dom->active = bitmap_zalloc(cs.num_rmids, GFP_KERNEL);
 		dom->known = bitmap_zalloc(cs.num_rmids, GFP_KERNEL);
 		dom->last_total = kcalloc(cs.num_rmids, sizeof(u64), GFP_KERNEL);

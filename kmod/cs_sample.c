@@ -132,13 +132,15 @@ static u64 cs_live_domains(void)
 	return all;
 }
 
+/* Under cs_lock and d->lock: final counters of closing RMIDs, baselines of unused ones. */
 static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 {
 	u64 all = cs_live_domains();
-	bool limbo_turn = d->ticks % CS_LIMBO_EVERY == 0;
 	struct cachescope_record rec;
 	u32 r;
 
+	lockdep_assert_held(&cs_lock);
+	lockdep_assert_held(&d->lock);
 	for (r = 1; r < cs.num_rmids; r++) {
 		struct cs_rmid *s = &cs.rmids[r];
 
@@ -152,12 +154,54 @@ static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 				s->state = CS_LIMBO;
 				s->done = 0;
 			}
-		} else if (s->state == CS_LIMBO && limbo_turn && !(s->done & BIT_ULL(di))) {
+		} else if (s->state == CS_FREE && !test_bit(r, d->known)) {
+			/* Real counters start anywhere: read the baseline of a never-used RMID. */
 			rec = (struct cachescope_record){ 0 };
 			cs_read(d, r, true, &rec);
-			if (!(rec.flags & (CS_F_OCC_ERROR | CS_F_OCC_UNAVAIL)) &&
-			    rec.occupancy * cs.upscale <= cs.limbo)
-				s->done |= BIT_ULL(di);
+		}
+	}
+}
+
+/*
+ * Limbo, out of the timer: every CS_LIMBO_EVERY intervals a worker on a CPU of the domain
+ * reads the occupancy of the RMIDs in limbo there, one at a time with interrupts off (the
+ * timer's reads on this CPU cannot come between its EVTSEL write and CTR read), and frees
+ * those clean in every domain with a CPU. Its cost grows with the RMIDs in limbo; the timer's
+ * does not.
+ */
+void cs_limbo_work(struct work_struct *w)
+{
+	struct cs_domain *d = container_of(to_delayed_work(w), struct cs_domain, limbo_work);
+	u32 di = d - cs.domains, r;
+	unsigned long flags;
+	int cpu;
+
+	for (r = 1; READ_ONCE(cs.in_limbo) && r < cs.num_rmids; r++) {
+		struct cachescope_record rec = { 0 };
+		struct cs_rmid *s = &cs.rmids[r];
+		bool here;
+
+		if (READ_ONCE(s->state) != CS_LIMBO || (READ_ONCE(s->done) & BIT_ULL(di)))
+			continue;
+		local_irq_save(flags);
+		/* A worker whose CPU went offline runs elsewhere: read nothing there. */
+		here = cpumask_test_cpu(smp_processor_id(), &d->cpus) || emulate;
+		if (here) {
+			raw_spin_lock(&d->lock);
+			cs_read(d, r, true, &rec);
+			raw_spin_unlock(&d->lock);
+		}
+		local_irq_restore(flags);
+		if (!here)
+			break;
+		if ((rec.flags & (CS_F_OCC_ERROR | CS_F_OCC_UNAVAIL)) ||
+		    rec.occupancy * cs.upscale > cs.limbo)
+			continue;
+		raw_spin_lock_irqsave(&cs_lock, flags);
+		if (s->state == CS_LIMBO) {
+			u64 all = cs_live_domains(), now = ktime_get_ns();
+
+			s->done |= BIT_ULL(di);
 			if ((s->done & all) == all) {
 				s->state = CS_FREE;
 				s->cgid = 0;
@@ -167,12 +211,13 @@ static void cs_tick_states(struct cs_domain *d, u32 di, u64 now)
 				if (!list_empty(&cs.waiting))
 					cs_assign(list_first_entry(&cs.waiting, struct cs_cg, wait), now);
 			}
-		} else if (s->state == CS_FREE && !test_bit(r, d->known)) {
-			/* Real counters start anywhere: read the baseline of a never-used RMID. */
-			rec = (struct cachescope_record){ 0 };
-			cs_read(d, r, true, &rec);
 		}
+		raw_spin_unlock_irqrestore(&cs_lock, flags);
+		cond_resched();
 	}
+	cpu = READ_ONCE(d->cpu);
+	if (READ_ONCE(cs.running) && cpu >= 0)
+		queue_delayed_work_on(cpu, system_wq, &d->limbo_work, cs_limbo_delay());
 }
 
 enum hrtimer_restart cs_tick(struct hrtimer *t)

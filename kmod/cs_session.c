@@ -103,10 +103,15 @@ int cs_start(void)
 			return ret;
 		}
 	}
-	for (d = 0; d < cs.nr_domains; d++)
-		if (cs.domains[d].cpu >= 0)
-			smp_call_function_single(cs.domains[d].cpu, cs_timer_start, &cs.domains[d], 1);
 	cs.running = true;
+	for (d = 0; d < cs.nr_domains; d++) {
+		struct cs_domain *dom = &cs.domains[d];
+
+		if (dom->cpu < 0)
+			continue;
+		smp_call_function_single(dom->cpu, cs_timer_start, dom, 1);
+		queue_delayed_work_on(dom->cpu, system_wq, &dom->limbo_work, cs_limbo_delay());
+	}
 	cpus_read_unlock();
 	return 0;
 }
@@ -138,6 +143,9 @@ void cs_stop(void)
 	on_each_cpu(cs_cpu_stop, NULL, 1);
 	cs.running = false;
 	cpus_read_unlock();
+	/* The limbo workers last: they take cs_lock, and requeue only while running. */
+	for (d = 0; d < cs.nr_domains; d++)
+		cancel_delayed_work_sync(&cs.domains[d].limbo_work);
 	raw_spin_lock_irqsave(&cs_lock, flags);
 	hash_for_each_safe(cs_table, bkt, tmp, cg, node) {
 		if (cg->owner == cg->id)
@@ -209,8 +217,10 @@ int cs_cpu_online(unsigned int cpu)
 	/* c->rmid holds what PQR_ASSOC holds now: force the write for what runs here. */
 	cs_retag(c, current);
 	local_irq_restore(flags);
-	if (d && timer)
+	if (d && timer) {
 		cs_timer_start(d);
+		queue_delayed_work_on(cpu, system_wq, &d->limbo_work, cs_limbo_delay());
+	}
 	return 0;
 }
 

@@ -18,6 +18,7 @@ struct cs_cg *cs_new(u64 id, u64 owner, u32 rmid)
 {
 	struct cs_cg *cg;
 
+	lockdep_assert_held(&cs_lock);
 	if (cs.nr_cgroups >= max_cgroups)
 		return NULL;
 	if (hlist_empty(&cs_pool_free))
@@ -47,6 +48,7 @@ static void cs_pool_put(struct rcu_head *head)
 
 void cs_del(struct cs_cg *cg)
 {
+	lockdep_assert_held(&cs_lock);
 	if (!list_empty(&cg->wait)) {
 		list_del_init(&cg->wait);
 		cs.nr_waiting--;
@@ -119,6 +121,7 @@ void cs_assign(struct cs_cg *owner, u64 now)
 	struct cs_rmid *r;
 	u32 rmid;
 
+	lockdep_assert_held(&cs_lock);
 	if (list_empty(&cs.free)) {
 		if (list_empty(&owner->wait) && !owner->manual) {
 			list_add_tail(&owner->wait, &cs.waiting);
@@ -147,6 +150,7 @@ void cs_release(struct cs_cg *owner)
 {
 	u32 rmid = owner->rmid;
 
+	lockdep_assert_held(&cs_lock);
 	if (!rmid)
 		return;
 	cs_set_rmid(owner, 0);
@@ -166,6 +170,7 @@ struct cs_cg *cs_watch(struct cgroup *cgrp, u64 now)
 	struct cs_cg *owner;
 	u64 id = cgroup_id(cgrp);
 
+	lockdep_assert_held(&cs_lock);
 	owner = cs_new(id, id, 0);
 	if (!owner)
 		return NULL;
