@@ -17,6 +17,12 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 root=$PWD
+# Built first, with its errors shown: a target that does not compile is a failure, not silence.
+if ! (cd fuzz && cargo +nightly fuzz build -O >"$root/target/fuzz-build.log" 2>&1); then
+  grep -E '^(error|warning: unused)' -A12 "$root/target/fuzz-build.log" | head -60
+  echo "fuzz: the fuzz targets do not build (target/fuzz-build.log)"
+  exit 1
+fi
 for t in "${targets[@]}"; do
   corpus="$root/target/fuzz-corpus/$t"
   mkdir -p "$corpus"
@@ -29,6 +35,7 @@ for t in "${targets[@]}"; do
   (cd fuzz && cargo +nightly fuzz run -O "$t" "$corpus" "${seeds[@]}" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1) \
     | grep -E '^(#[0-9]+ *(DONE|INITED))|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|panicked|Test unit written|artifact_prefix|==[0-9]+==' || true
+  mkdir -p fuzz/artifacts/"$t"
   found=$(find fuzz/artifacts/"$t" -type f \( -name 'crash-*' -o -name 'oom-*' -o -name 'timeout-*' -o -name 'leak-*' \) 2>/dev/null | head -1)
   if [ -n "$found" ]; then
     echo "fuzz: $t found a failing input: $found"

@@ -45,6 +45,7 @@ fn exercise_platform(p: EmuPlatform) {
         l3_bytes: Some(p.l3_bytes()),
         mbm_width: 0,
         mbm_unit: 0,
+        mbm_correction: None,
         sampling: Sampling::Virtual,
         emulated: None,
         upkeep_every: Duration::from_millis(10),
