@@ -16,6 +16,10 @@ struct Prev {
     at: Duration,
     total: Option<Cumulative>,
     local: Option<Cumulative>,
+    /// What the MBM correction left below one count so far (2^-20 counts): carried, so that
+    /// many small intervals add up to the corrected whole, as the kernel's cumulative count.
+    rem_total: u32,
+    rem_local: u32,
 }
 
 pub struct Derive {
@@ -83,20 +87,25 @@ impl Derive {
             Chain { _meta: s.container.clone(), doms: Vec::new() }
         });
         let doms = &mut chain.doms;
-        let cur = Prev { at: s.at, total: s.mbm_total, local: s.mbm_local };
-        let prev = match doms.iter_mut().find(|(d, _)| *d == s.domain) {
-            Some((_, p)) => Some(std::mem::replace(p, cur)),
-            None => {
-                doms.push((s.domain, cur));
-                None
-            }
-        };
+        let slot = doms.iter().position(|(d, _)| *d == s.domain);
+        let prev = slot.map(|i| doms[i].1);
         let (width, unit) = (self.width, self.unit);
         let fix = self.correction.zip(s.rmid);
-        let delta = |p: Option<Cumulative>, c: Option<Cumulative>| -> Option<u64> {
-            let d = cumulative_delta(p, c?, width)?;
-            Some(fix.map_or(d, |(f, rmid)| f.apply(rmid, d)).saturating_mul(unit))
+        let delta = |p: Option<Cumulative>, c: Option<Cumulative>, rem: &mut u32| -> Option<u64> {
+            let Some(d) = c.and_then(|c| cumulative_delta(p, c, width)) else {
+                *rem = 0;
+                return None;
+            };
+            Some(fix.map_or(d, |(f, rmid)| f.apply_carrying(rmid, d, rem)).saturating_mul(unit))
         };
+        let (mut rem_total, mut rem_local) = prev.map_or((0, 0), |p| (p.rem_total, p.rem_local));
+        let mbm_total_bytes = delta(prev.and_then(|p| p.total), s.mbm_total, &mut rem_total);
+        let mbm_local_bytes = delta(prev.and_then(|p| p.local), s.mbm_local, &mut rem_local);
+        let cur = Prev { at: s.at, total: s.mbm_total, local: s.mbm_local, rem_total, rem_local };
+        match slot {
+            Some(i) => doms[i].1 = cur,
+            None => doms.push((s.domain, cur)),
+        }
         let start = prev.map_or(since, |p| p.at);
         Row {
             time_ns: self.start_real_ns.saturating_add(s.at.as_nanos() as i64),
@@ -105,8 +114,8 @@ impl Derive {
             domain: s.domain,
             rmid: s.rmid,
             llc_occupancy_bytes: s.occupancy_bytes,
-            mbm_total_bytes: delta(prev.and_then(|p| p.total), s.mbm_total),
-            mbm_local_bytes: delta(prev.and_then(|p| p.local), s.mbm_local),
+            mbm_total_bytes,
+            mbm_local_bytes,
             pmu: Pmu::default(),
             cpu_ns: None,
             status: s.status,
@@ -180,5 +189,11 @@ mod tests {
         d.forget("a");
         d.row(at(3, 16, 0), Duration::ZERO);
         assert_eq!(d.row(at(4, 16, 1_000_000), Duration::ZERO).mbm_total_bytes, Some(969_650_000));
+        // At 1 ms an interval holds a few counts: what each leaves below one count is carried,
+        // so 1,000 intervals of 3 counts add up to the corrected 3,000 (2,908), not 1,000 x 2.
+        d.forget("a");
+        d.row(at(10, 16, 0), Duration::ZERO);
+        let sum: u64 = (1..=1000).map(|k| d.row(at(10 + k, 16, 3 * k), Duration::ZERO).mbm_total_bytes.unwrap()).sum();
+        assert_eq!(sum, 2_908 * 1000);
     }
 }

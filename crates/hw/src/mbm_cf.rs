@@ -83,6 +83,17 @@ impl MbmCorrection {
         }
     }
 
+    /// The same for one interval of many: `rem` carries what earlier intervals left below
+    /// one count (in 2^-20 counts), so that the intervals add up to the corrected whole.
+    pub fn apply_carrying(&self, rmid: u32, counts: u64, rem: &mut u32) -> u64 {
+        if rmid <= self.above_rmid {
+            return counts;
+        }
+        let x = u128::from(counts) * u128::from(self.factor_q20) + u128::from(*rem);
+        *rem = (x & 0xF_FFFF) as u32;
+        (x >> 20) as u64
+    }
+
     /// For file metadata and people: "RMIDs above 15 x 0.969650".
     pub fn describe(&self) -> String {
         format!("RMIDs above {} x {:.6}", self.above_rmid, self.factor_q20 as f64 / 1_048_576.0)
