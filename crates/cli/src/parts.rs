@@ -162,12 +162,6 @@ fn mbm_correction(i: &mut BackendInfo, host: &CpuInfo) {
     }
 }
 
-/// Whether /proc/filesystems lists resctrl (unreadable: assumed, so the mount error speaks).
-fn resctrl_in_kernel() -> bool {
-    std::fs::read_to_string("/proc/filesystems")
-        .map_or(true, |t| t.lines().any(|l| l.split_whitespace().last() == Some("resctrl")))
-}
-
 fn host_cpu() -> Option<CpuInfo> {
     CpuidSnapshot::capture(&InstructionCpuid).ok().map(|s| CpuInfo::decode(&s))
 }
@@ -576,10 +570,12 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         Err(_) if args.mount_resctrl => Resctrl::mount(Path::new("/sys/fs/resctrl"))
             .map_err(|e| CliError::unavailable(format!("--mount-resctrl: {e}")))?,
         // Not mounted because the kernel has no resctrl at all: mounting will not help.
-        Err(_) if !resctrl_in_kernel() => {
-            return Err(CliError::unavailable(
-                "the kernel offers no resctrl filesystem (not in /proc/filesystems): see `cachescope info` for what this host can use",
-            ))
+        // (Unreadable /proc/filesystems: assumed there, so that the mount error speaks.)
+        Err(_) if !cachescope_detect::resctrl_in_kernel(&HostPaths::default()).unwrap_or(true) => {
+            return Err(CliError::unavailable(format!(
+                "{}: see `cachescope info` for what this host can use",
+                cachescope_detect::NO_RESCTRL
+            )))
         }
         Err(e) => return Err(CliError::unavailable(e)),
     };

@@ -115,15 +115,23 @@ fn cmt_cpu_reason(cpu: &CpuInfo) -> Option<String> {
     cpu.l3_monitoring_absence().map(|why| format!("this CPU cannot monitor the L3: {why}"))
 }
 
+/// Why resctrl cannot be mounted on a kernel without it.
+pub const NO_RESCTRL: &str = "the kernel offers no resctrl filesystem (not in /proc/filesystems)";
+
+/// Whether the kernel lists resctrl in /proc/filesystems; None where that cannot be read.
+pub fn resctrl_in_kernel(paths: &HostPaths) -> Option<bool> {
+    let fs = std::fs::read_to_string(paths.proc_root.join("filesystems")).ok()?;
+    Some(fs.lines().any(|l| l.split_whitespace().last() == Some("resctrl")))
+}
+
 /// resctrl: kernel support, the mount, and the monitoring features it offers.
 pub fn resctrl(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo) -> BackendStatus {
     const N: &str = "resctrl";
-    let fs = std::fs::read_to_string(paths.proc_root.join("filesystems")).unwrap_or_default();
-    let supported = fs.lines().any(|l| l.split_whitespace().last() == Some("resctrl"));
+    let supported = resctrl_in_kernel(paths).unwrap_or(false);
     let mount = mountinfo::mounts_of(mounts, "resctrl").next();
     let Some(mount) = mount else {
         if !supported {
-            let mut why = "the kernel offers no resctrl filesystem (not in /proc/filesystems)".to_string();
+            let mut why = NO_RESCTRL.to_string();
             if let Some(cpu_why) = cmt_cpu_reason(cpu) {
                 why.push_str("; ");
                 why.push_str(&cpu_why);

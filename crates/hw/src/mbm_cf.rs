@@ -76,11 +76,7 @@ impl MbmCorrection {
 
     /// `counts` of `rmid` as the kernel reports them.
     pub fn apply(&self, rmid: u32, counts: u64) -> u64 {
-        if rmid > self.above_rmid {
-            ((u128::from(counts) * u128::from(self.factor_q20)) >> 20) as u64
-        } else {
-            counts
-        }
+        self.apply_carrying(rmid, counts, &mut 0)
     }
 
     /// The same for one interval of many: `rem` carries what earlier intervals left below
