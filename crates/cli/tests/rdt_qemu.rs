@@ -728,8 +728,9 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
         // and over them the victim loses most of what it held.
         let lost = named.iter().filter_map(|e| victim(e)).map(|(_, lost)| lost).fold(0.0, f64::max);
         println!("{backend}: the victim held {before:.0} B and lost up to {lost:.0} B");
-        // What the victim held in the bucket before the thrasher's first row: its W = LLC/2,
-        // less what the thrasher took while it ran before it was tagged (up to ~15 % seen).
+        // What the victim held before the thrasher's rise: its W = LLC/2 (the guest tags the
+        // thrasher's container before its first instruction; LRU gives the victim a little
+        // less than its W beside the guest's own lines).
         assert!(before > llc / 4.0 && before < llc / 2.0 * 1.1, "{backend}: the victim held {before} B before");
         assert!(lost > before / 2.0, "{backend}: the victim lost at most {lost} of {before} B");
         // Nothing but the thrasher is blamed.

@@ -71,15 +71,18 @@ const LOSS_SHARE: f64 = 0.10;
 const IPC_DROP: f64 = 0.15;
 const BW_RISE: f64 = 1e9;
 
-/// Rising legs (trough bucket, peak bucket) of `v`: a move counts only beyond `h` against
-/// the last extreme; a gap (not running, not measured) ends a leg.
+/// Rising legs (start bucket, peak bucket) of `v`: a move counts only beyond `h` against
+/// the last extreme; a gap (not running, not measured) ends a leg. A leg starts where it
+/// leaves its trough's level (the last bucket less than `h` above it): a container that sat
+/// nearly flat for seconds before it rose rose when it left the flat, not when the flat began.
 fn rises(v: &[Option<f64>], h: f64) -> Vec<(usize, usize)> {
     type Leg = ((usize, f64), (usize, f64)); // (trough, peak)
     let mut out = Vec::new();
     let close = |c: Option<Leg>, out: &mut Vec<(usize, usize)>| {
         if let Some((l, p)) = c {
             if p.1 - l.1 >= h {
-                out.push((l.0, p.0));
+                let flat = (l.0..p.0).take_while(|&k| v[k].is_some_and(|x| x - l.1 < h)).last().unwrap_or(l.0);
+                out.push((flat, p.0));
             }
         }
     };
@@ -358,10 +361,27 @@ mod tests {
     }
 
     #[test]
+    fn a_filler_tagged_long_before_it_rose_is_named_when_it_rose() {
+        // thrash's container sat nearly empty (noise below the hysteresis) from bucket 0 and
+        // filled the L3 from bucket 5: the episode runs from the end of bucket 4 (web holding its
+        // 16 MiB) to the end of bucket 6.
+        let web = line("web", &[16.0, 16.0, 16.0, 16.0, 16.0, 9.0, 2.0, 2.0], None);
+        let thrash = line("thrash", &[0.2, 0.25, 0.22, 0.3, 0.25, 16.0, 30.0, 30.0], None);
+        let e = find(&tl(vec![web, thrash]), |_| Some(32.0 * MIB));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert_eq!((e[0].start_ns, e[0].end_ns), (500_000_000, 700_000_000));
+        assert_eq!(e[0].victims[0].occupancy_before_bytes, Some(16.0 * MIB));
+        assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(14.0 * MIB));
+    }
+
+    #[test]
     fn legs_follow_the_hysteresis() {
         let v: Vec<Option<f64>> = [0.0, 5.0, 10.0, 9.5, 10.2, 2.0, 3.0, 12.0, 12.0].iter().map(|x| Some(*x)).collect();
         assert_eq!(rises(&v, 1.0), vec![(0, 4), (5, 7)]);
         let gap = vec![Some(0.0), Some(5.0), None, Some(1.0), Some(9.0)];
         assert_eq!(rises(&gap, 1.0), vec![(0, 1), (3, 4)]);
+        // A leg starts where it leaves its trough's level.
+        let flat: Vec<Option<f64>> = [1.0, 1.5, 1.2, 1.9, 5.0].iter().map(|x| Some(*x)).collect();
+        assert_eq!(rises(&flat, 1.0), vec![(3, 4)]);
     }
 }
