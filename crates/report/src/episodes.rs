@@ -145,7 +145,10 @@ fn victims(lines: &[Line], agg: &Line, sp: &Span, t: &Thresholds) -> Vec<Victim>
         .filter(|l| l.id != agg.id)
         .filter_map(|l| {
             let o0 = at(&l.occupancy, sp.vb).or_else(|| at(&l.occupancy, sp.b));
-            let o1 = at(&l.occupancy, sp.e);
+            // What it held at the aggressor's peak, or a bucket later: groups are read one
+            // after another, so a neighbour read before the aggressor in the peak's last
+            // interval still shows lines the aggressor's reading already counts as its own.
+            let o1 = (sp.e..=sp.e + 1).filter_map(|k| at(&l.occupancy, k)).reduce(f64::min);
             let lost = o0.zip(o1).map(|(a, b)| a - b);
             let by_occ = o0.zip(lost).is_some_and(|(a, d)| d >= t.loss() && d >= LOSS_SHARE * a);
             let ipc_before = mean(&l.ipc[sp.before()]);
@@ -372,6 +375,17 @@ mod tests {
         assert_eq!((e[0].start_ns, e[0].end_ns), (500_000_000, 700_000_000));
         assert_eq!(e[0].victims[0].occupancy_before_bytes, Some(16.0 * MIB));
         assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(14.0 * MIB));
+    }
+
+    #[test]
+    fn a_loss_read_a_bucket_after_the_peak_counts() {
+        // web's group was read before thrash's in the interval of thrash's peak (bucket 5).
+        let web = line("web", &[16.0, 16.0, 16.0, 16.0, 12.0, 9.0, 1.0, 1.0], None);
+        let thrash = line("thrash", &[0.0, 0.0, 0.0, 0.0, 16.0, 30.0, 29.5, 30.0], None);
+        let e = find(&tl(vec![web, thrash]), |_| Some(32.0 * MIB));
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert_eq!(e[0].end_ns, 600_000_000);
+        assert_eq!(e[0].victims[0].occupancy_lost_bytes, Some(15.0 * MIB));
     }
 
     #[test]
