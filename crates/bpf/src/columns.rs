@@ -131,7 +131,7 @@ impl PmuColumns {
             description,
         };
         let bpf_failed = if choice == Choice::Perf {
-            "--pmu perf".to_string()
+            String::new()
         } else {
             let per_drain = BPF_DRAIN_EVERY.as_millis() as u32;
             let slot = Duration::from_millis(1);
@@ -147,11 +147,16 @@ impl PmuColumns {
         // perf cgroup events: opened per container as they come; check now that this kernel
         // lets us count at all.
         if let Err(e) = CounterGroup::open(&Target::Cpu(cpus.first().copied().unwrap_or(0)), &events) {
-            return Err(format!("{bpf_failed}; perf events: {e}"));
+            return Err(if bpf_failed.is_empty() {
+                format!("perf events: {e}")
+            } else {
+                format!("{bpf_failed}; perf events: {e}")
+            });
         }
         let mut col = CgroupCollector::new(events, cpus.to_vec());
         col.group_cpus(domain_of);
-        let mut desc = format!("perf cgroup events ({bpf_failed}), read every {PERF_READ_EVERY:?}: {what}");
+        let why = if bpf_failed.is_empty() { "--pmu perf" } else { bpf_failed.as_str() };
+        let mut desc = format!("perf cgroup events ({why}), read every {PERF_READ_EVERY:?}: {what}");
         if let Some(w) = cgroup::warning(1, cpus.len(), PERF_READ_EVERY) {
             desc.push_str(&format!("; {w}"));
         }
@@ -265,8 +270,8 @@ impl PmuSource for PmuColumns {
             Source::Perf(col) => {
                 let Some(dir) = &c.dir else { return };
                 if let Err(e) = col.add(c.id(), dir) {
-                    eprintln!(
-                        "cachescope: perf events for {} ({}): {e}; its PMU columns stay 0",
+                    cachescope_platform::say!(
+                        "perf events for {} ({}): {e}; its PMU columns stay 0",
                         c.id(),
                         dir.display()
                     );

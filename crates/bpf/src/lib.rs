@@ -20,6 +20,7 @@ mod skel {
 }
 
 pub mod columns;
+mod libbpf_log;
 
 use cachescope_perf::Encoded;
 use libbpf_rs::libbpf_sys;
@@ -38,8 +39,9 @@ pub const IDLE: u64 = 0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
-    #[error("{what}: {error}")]
-    Libbpf { what: &'static str, error: libbpf_rs::Error },
+    /// `said`: what libbpf itself printed about it (its first line), where it did.
+    #[error("{what}: {error}{}", said.as_deref().map(|s| format!(" (libbpf: {s})")).unwrap_or_default())]
+    Libbpf { what: &'static str, error: libbpf_rs::Error, said: Option<String> },
     #[error("{what}: {error}")]
     Io { what: String, error: std::io::Error },
     #[error("{0}")]
@@ -47,7 +49,7 @@ pub enum BpfError {
 }
 
 fn lb(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
-    move |error| BpfError::Libbpf { what, error }
+    move |error| BpfError::Libbpf { what, error, said: libbpf_log::reason(libbpf_log::take()) }
 }
 
 /// One cgroup's counts over one completed slot.
@@ -137,6 +139,7 @@ impl Attribution {
         if slot_ns < 100_000 {
             return Err(BpfError::Config(format!("slot {slot:?} is below 100us")));
         }
+        libbpf_log::capture();
         let mut obj = MaybeUninit::uninit();
         let mut open = skel::AttribSkelBuilder::default().open(&mut obj).map_err(lb("opening the BPF object"))?;
         open.maps.acc.set_max_entries(capacity.max(64)).map_err(lb("sizing the slot map"))?;

@@ -22,7 +22,7 @@ fn setup(tag: &str) -> Option<Sandbox> {
     match Sandbox::for_host(&format!("cachescope-bpftest-{tag}")) {
         Ok(s) => Some(s),
         Err(why) => {
-            println!("skip: {why}");
+            cachescope_testkit::skip(why);
             None
         }
     }

@@ -57,13 +57,13 @@ impl ContainerSource for HostContainers {
     fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
         if let Some(n) = self.watcher.as_ref().map(Watcher::unwatched).filter(|&n| n > 0 && !self.said_unwatched) {
             self.said_unwatched = true;
-            eprintln!(
-                "cachescope: the inotify watch limit is reached (fs.inotify.max_user_watches): {n} cgroup \
+            cachescope_platform::say!(
+                "the inotify watch limit is reached (fs.inotify.max_user_watches): {n} cgroup \
                  directories are searched every 10 s instead of watched; containers there start late in the data"
             );
         }
         for line in self.resolver.news() {
-            eprintln!("cachescope: {line}");
+            cachescope_platform::say!("{line}");
         }
         while let Ok(ev) = self.events.try_recv() {
             let c = ev.container;

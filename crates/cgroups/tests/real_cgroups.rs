@@ -20,13 +20,13 @@ impl TestRoot {
     fn new(tag: &str) -> Option<TestRoot> {
         // SAFETY: geteuid has no preconditions and touches no memory.
         if unsafe { libc::geteuid() } != 0 {
-            println!("skip: not root, cannot create cgroups");
+            cachescope_testkit::skip("not root, cannot create cgroups");
             return None;
         }
         let h = match Hierarchy::find(Path::new("/proc")) {
             Ok(h) if h.v2 => h,
             other => {
-                println!("skip: no cgroup v2 hierarchy ({other:?})");
+                cachescope_testkit::skip(format!("no cgroup v2 hierarchy ({other:?})"));
                 return None;
             }
         };
@@ -34,7 +34,7 @@ impl TestRoot {
         match std::fs::create_dir(&dir) {
             Ok(()) => Some(TestRoot(dir)),
             Err(e) => {
-                println!("skip: cannot create {}: {e}", dir.display());
+                cachescope_testkit::skip(format!("cannot create {}: {e}", dir.display()));
                 None
             }
         }
@@ -213,7 +213,7 @@ fn nested_containers_own_their_threads() {
     use cachescope_cgroups::sandbox::Sandbox;
     let mut sb = match Sandbox::for_host("cachescope-nested-threads") {
         Ok(s) => s,
-        Err(why) => return println!("skip: {why}"),
+        Err(why) => return cachescope_testkit::skip(why),
     };
     let outer = sb.add("outer").unwrap();
     let inner = outer.join("inner");

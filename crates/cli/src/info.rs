@@ -33,11 +33,10 @@ pub fn run(args: &InfoArgs) -> Result<(), CliError> {
     let report = build(args)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Input(anyhow!(e)))?;
-        println!("{text}");
+        crate::print_out(&format!("{text}\n"))
     } else {
-        print!("{}", render(&report));
+        crate::print_out(&render(&report))
     }
-    Ok(())
 }
 
 fn build(args: &InfoArgs) -> Result<InfoReport, CliError> {

@@ -126,6 +126,10 @@ pub enum CliError {
     Input(anyhow::Error),
     /// The requested backend or facility is unavailable on this host: exit 3.
     Unavailable(anyhow::Error),
+    /// An output could not be written (stdout refused a write, a disk filled up): exit 1.
+    Output(anyhow::Error),
+    /// Whoever read stdout stopped reading (`report | head`): a filter's quiet end, exit 0.
+    Closed,
 }
 
 impl CliError {
@@ -139,17 +143,42 @@ impl CliError {
         CliError::Unavailable(anyhow::anyhow!("{e}"))
     }
 
+    /// An output failed, from anything printable (one line).
+    pub fn output(e: impl std::fmt::Display) -> CliError {
+        CliError::Output(anyhow::anyhow!("{e}"))
+    }
+
     fn exit_code(&self) -> u8 {
         match self {
+            CliError::Closed => 0,
+            CliError::Output(_) => 1,
             CliError::Input(_) => 2,
             CliError::Unavailable(_) => 3,
         }
     }
 
-    fn message(&self) -> String {
-        let (CliError::Input(e) | CliError::Unavailable(e)) = self;
+    /// The line to say, if any.
+    fn message(&self) -> Option<String> {
+        let (CliError::Input(e) | CliError::Unavailable(e) | CliError::Output(e)) = self else { return None };
         // `{:#}` joins the context chain on one line.
-        format!("{e:#}").replace('\n', " ")
+        Some(format!("{e:#}").replace('\n', " "))
+    }
+}
+
+/// Write `text` to stdout and flush: a reader that went away ends the command quietly
+/// ([`CliError::Closed`]), any other failure is [`CliError::Output`].
+pub fn print_out(text: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(stdout_error)
+}
+
+/// What a failed write to stdout means for the command.
+pub fn stdout_error(e: std::io::Error) -> CliError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        CliError::Closed
+    } else {
+        CliError::output(format!("writing to stdout: {e}"))
     }
 }
 
@@ -182,7 +211,7 @@ fn main() -> ExitCode {
                 .collect();
             let msg = msg.join(" ");
             let msg = msg.trim_start_matches("error: ");
-            eprintln!("cachescope: {} (see cachescope --help)", if msg.is_empty() { "invalid usage" } else { msg });
+            cachescope_platform::say!("{} (see cachescope --help)", if msg.is_empty() { "invalid usage" } else { msg });
             return ExitCode::from(2);
         }
     };
@@ -205,7 +234,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cachescope: {}", e.message());
+            if let Some(m) = e.message() {
+                cachescope_platform::say!("{m}");
+            }
             ExitCode::from(e.exit_code())
         }
     }

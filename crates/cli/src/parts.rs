@@ -229,19 +229,27 @@ impl Common {
     }
 }
 
-/// Host containers with their PMU source where one works (said on stderr where not).
-fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> (Option<Box<dyn PmuSource>>, String) {
+type HostPmu = (Option<Box<dyn PmuSource>>, String);
+
+/// Host containers with their PMU source where one works (said on stderr where not). A
+/// source the user named (`--pmu bpf`, `--pmu perf`) that cannot start is unavailable (exit
+/// 3), as a named backend is; `auto` goes on without PMU columns.
+fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> Result<HostPmu, CliError> {
     match args.pmu(topo, domain_of) {
         Ok(p) => {
             let d = p.describe();
             if d.contains("no PMU") {
-                eprintln!("cachescope: PMU columns: {d}");
+                cachescope_platform::say!("PMU columns: {d}");
             }
-            (Some(Box::new(p)), d)
+            Ok((Some(Box::new(p)), d))
+        }
+        Err(why) if matches!(args.pmu, PmuArg::Bpf | PmuArg::Perf) => {
+            let named = if args.pmu == PmuArg::Bpf { "bpf" } else { "perf" };
+            Err(CliError::unavailable(format!("--pmu {named}: {}", why.trim_start_matches("off: "))))
         }
         Err(why) => {
-            eprintln!("cachescope: PMU columns: {why}");
-            (None, why)
+            cachescope_platform::say!("PMU columns: {why}");
+            Ok((None, why))
         }
     }
 }
@@ -294,11 +302,11 @@ fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::Detection) 
         .map(|b| format!("{}: {}", b.name, b.reason))
         .collect();
     let why = format!("no cache monitoring on this host ({})", why.join("; "));
-    eprintln!("cachescope: {why}; {}; --emulate MODEL emulates them", cachescope_detect::NONE_DOES);
+    cachescope_platform::say!("{why}; {}; --emulate MODEL emulates them", cachescope_detect::NONE_DOES);
     let domains: Vec<u32> = topo.l3_domains.iter().map(|d| d.id).collect();
     let domains = if domains.is_empty() { vec![0] } else { domains };
     let l3 = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
-    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
     let containers = HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?;
     Ok(Built {
         backend: Box::new(Unsupported::new(domains, l3, host.summary(), &why)),
@@ -319,7 +327,7 @@ fn perf_cqm(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     let domains: Vec<(u32, Vec<u32>)> = topo.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect();
     let l3 = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
     let i = info("perf-cqm (intel_cqm PMU)".into(), host.summary(), None, l3);
-    let (pmu_src, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    let (pmu_src, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
     Ok(Built {
         backend: Box::new(CqmBackend::new(pmu, PerfOpener, &domains, i)),
         containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
@@ -406,8 +414,8 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
     })?;
     let misses = pmu.counts_llc_misses();
     let driver = DrivenWorld::driver(misses);
-    eprintln!(
-        "cachescope: LLC occupancy and memory bandwidth are EMULATED ({model}, this host's L3 shape), driven by {driver}"
+    cachescope_platform::say!(
+        "LLC occupancy and memory bandwidth are EMULATED ({model}, this host's L3 shape), driven by {driver}"
     );
     let caps = emu_caps(&emu);
     args.check_mbm_interval(&caps)?;
@@ -458,8 +466,8 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
         )));
     }
     if k.emulate != 0 {
-        eprintln!(
-            "cachescope: LLC occupancy and memory bandwidth are EMULATED by the kernel module (loaded with emulate=1)"
+        cachescope_platform::say!(
+            "LLC occupancy and memory bandwidth are EMULATED by the kernel module (loaded with emulate=1)"
         );
     } else {
         mbm_correction(backend.info_mut(), host);
@@ -470,7 +478,7 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
         params.iter().find(|(n, _)| n == "emu_domains").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
     let dealt = k.emulate != 0 && emu_domains > 0;
     let (pmu, desc) =
-        host_pmu(args, &topo, |c| if dealt { c % emu_domains } else { topo.domain_of(c).map_or(0, |d| d.id) });
+        host_pmu(args, &topo, |c| if dealt { c % emu_domains } else { topo.domain_of(c).map_or(0, |d| d.id) })?;
     Ok(Built {
         backend: Box::new(backend),
         containers: Box::new(HostContainers::start(&h, globs).map_err(CliError::unavailable)?),
@@ -536,7 +544,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
             "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
         )?;
         if let Some(said) = cachescope_emu_resctrl::play::clean_leftovers(&h).said() {
-            eprintln!("cachescope: {said}");
+            cachescope_platform::say!("{said}");
         }
         // A lead well beyond one interval, so a late wake-up cannot let a container start first.
         let lead = (interval * 2).max(Duration::from_millis(100));
@@ -554,7 +562,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let groups = ContainerGroups::new(Resctrl::at(root), resctrl_info(i, platform.l3().upscale_factor))
             .map_err(CliError::unavailable)?;
         play.hold(m);
-        let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+        let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
         return Ok(Built {
             backend: Box::new(groups),
             containers: Box::new(play),
@@ -585,7 +593,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), CpuInfo::summary);
     let i = info("resctrl".into(), cpuid, None, l3_bytes);
     let groups = ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?;
-    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id));
+    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
     Ok(Built {
         backend: Box::new(groups),
         containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
@@ -609,7 +617,7 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
     let mut v: Vec<Box<dyn Sink>> = Vec::new();
     let host = terminal::hostname();
     match outs.terminal {
-        Some(Terminal::Jsonl) => v.push(Box::new(Jsonl { host: host.clone() })),
+        Some(Terminal::Jsonl) => v.push(Box::new(Jsonl::new(host.clone()))),
         Some(t) => {
             use std::io::IsTerminal;
             if t == Terminal::View && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
@@ -639,7 +647,7 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
     }
     if let Some(addr) = outs.listen {
         v.push(Box::new(ServeSink::start(addr).map_err(CliError::input)?));
-        eprintln!("cachescope: serving Prometheus metrics at http://{addr}/metrics");
+        cachescope_platform::say!("serving Prometheus metrics at http://{addr}/metrics");
     }
     Ok(v)
 }
@@ -683,13 +691,21 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     let uploaded = uploader.map(|u| u.finish(Duration::from_secs(10)));
     match result {
         Ok(sum) => {
-            eprintln!("cachescope: {}", terminal::summary_line(sum.wakes, &sum.lateness, sum.missed));
+            cachescope_platform::say!("{}", terminal::summary_line(sum.wakes, &sum.lateness, sum.missed));
             for m in sum.messages.into_iter().chain(uploaded) {
-                eprintln!("cachescope: {m}");
+                cachescope_platform::say!("{m}");
             }
             Ok(())
         }
         Err(RunError::Clock(e @ TickerError::Interval(_))) => Err(CliError::input(format!("--interval: {e}"))),
+        Err(RunError::Output { why, summary }) => {
+            // What the run measured is still said; the exit says an output failed.
+            cachescope_platform::say!("{}", terminal::summary_line(summary.wakes, &summary.lateness, summary.missed));
+            for m in &summary.messages {
+                cachescope_platform::say!("{m}");
+            }
+            Err(CliError::output(why))
+        }
         Err(e) => Err(CliError::unavailable(e)),
     }
 }

@@ -29,8 +29,8 @@ fn write(path: &Path, text: &str) -> Result<(), CliError> {
 pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     let (found, partial) = files(&args.paths).map_err(CliError::input)?;
     if !partial.is_empty() {
-        eprintln!(
-            "cachescope: {} file(s) a crash left unfinished are not read ({}); `cachescope record --output` on their directory recovers them",
+        cachescope_platform::say!(
+            "{} file(s) a crash left unfinished are not read ({}); `cachescope record --output` on their directory recovers them",
             partial.len(),
             partial[0].display()
         );
@@ -40,7 +40,7 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     }
     let (report, problems) = analyze_files(&found).map_err(CliError::input)?;
     for p in problems {
-        eprintln!("cachescope: {p}");
+        cachescope_platform::say!("{p}");
     }
     if let Some(dir) = &args.svg {
         std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("{}: {e}", dir.display())))?;
@@ -52,18 +52,25 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
         write(path, &html::page(&report))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(CliError::input)?);
-        return Ok(());
+        let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
+        return crate::print_out(&format!("{json}\n"));
     }
-    print!("{}", html::facts_text(&report.run));
-    println!();
+    crate::print_out(&text(&report))
+}
+
+/// The text report: the run's facts, the episodes, the per-container table.
+fn text(report: &cachescope_report::Report) -> String {
+    use std::fmt::Write;
+    let mut o = html::facts_text(&report.run);
+    o.push('\n');
     if report.episodes.is_empty() {
-        println!("No noisy-neighbour episode: no container's occupancy or bandwidth rose while a neighbour lost occupancy or IPC.");
+        o.push_str("No noisy-neighbour episode: no container's occupancy or bandwidth rose while a neighbour lost occupancy or IPC.\n");
     } else {
-        println!("Noisy-neighbour episodes:");
+        o.push_str("Noisy-neighbour episodes:\n");
         let t0 = report.run.start_ns.unwrap_or(0);
         for (i, e) in report.episodes.iter().enumerate() {
-            println!(
+            let _ = writeln!(
+                o,
                 "  {}. {:.2}-{:.2} s: {}",
                 i + 1,
                 (e.start_ns - t0) as f64 / 1e9,
@@ -72,7 +79,7 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             );
         }
     }
-    println!();
-    print!("{}", table(&report.containers));
-    Ok(())
+    o.push('\n');
+    o.push_str(&table(&report.containers));
+    o
 }

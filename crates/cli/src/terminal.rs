@@ -27,10 +27,40 @@ fn header_lines(st: &RunStatus) -> Vec<String> {
     v
 }
 
+/// Why a stdout sink stopped: a reader that went away is a quiet end (`monitor | head`), any
+/// other write error (a full disk behind `> file`) is the run's failure, said at its end.
+#[derive(Default)]
+struct Stdout {
+    failed: Option<std::io::Error>,
+}
+
+impl Stdout {
+    fn write(&mut self, w: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>) -> Flow {
+        match w(&mut std::io::stdout().lock()) {
+            Ok(()) => Flow::Continue,
+            Err(e) => {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    self.failed = Some(e);
+                }
+                Flow::Stop
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, String> {
+        let flushed = if self.failed.is_none() { std::io::stdout().flush() } else { Ok(()) };
+        match self.failed.take().map_or(flushed, Err) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("writing to stdout: {e}")),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
 /// Periodic plain tables on stdout.
 #[derive(Default)]
 pub struct Table {
     acc: Accumulator,
+    out: Stdout,
 }
 
 impl Sink for Table {
@@ -49,11 +79,7 @@ impl Sink for Table {
             line.push_str(e);
         }
         let table = view::plain(st.t, &line, &self.acc.take(st.period, &st.l3_bytes));
-        // A closed stdout (`monitor | head`) ends the run cleanly.
-        if std::io::stdout().lock().write_all(table.as_bytes()).is_err() {
-            return Flow::Stop;
-        }
-        Flow::Continue
+        self.out.write(|o| o.write_all(table.as_bytes()).and_then(|()| o.flush()))
     }
 
     fn forget(&mut self, id: &str) {
@@ -61,8 +87,7 @@ impl Sink for Table {
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {
-        let _ = std::io::stdout().flush();
-        Ok(Vec::new())
+        self.out.finish()
     }
 }
 
@@ -135,7 +160,7 @@ impl Progress {
     }
 
     pub fn line(&self, st: &RunStatus) -> String {
-        let mut o = format!("cachescope: t={:.1}s {} rows sampled", st.t.as_secs_f64(), self.sampled);
+        let mut o = format!("t={:.1}s {} rows sampled", st.t.as_secs_f64(), self.sampled);
         if let Some(s) = self.record.as_ref().and_then(|r| r.stats()) {
             o.push_str(&format!(
                 "; {} written, {} files finished, {} write errors, {} pending",
@@ -169,7 +194,7 @@ impl Sink for Progress {
     fn status(&mut self, st: &RunStatus) -> Flow {
         let flow = self.record.as_mut().map_or(Flow::Continue, |r| r.status(st));
         if self.last.is_none_or(|l| st.t.saturating_sub(l) >= self.every) {
-            eprintln!("{}", self.line(st));
+            cachescope_platform::say!("{}", self.line(st));
             self.last = Some(st.t);
         }
         flow
@@ -188,20 +213,24 @@ impl Sink for Progress {
 
 /// JSON lines on stdout, one object per row.
 pub struct Jsonl {
-    pub host: String,
+    host: String,
+    out: Stdout,
+}
+
+impl Jsonl {
+    pub fn new(host: String) -> Jsonl {
+        Jsonl { host, out: Stdout::default() }
+    }
 }
 
 impl Sink for Jsonl {
     fn rows(&mut self, rows: &[Row]) -> Flow {
-        if cachescope_sinks::jsonl::write_rows(&mut std::io::stdout().lock(), &self.host, rows).is_err() {
-            return Flow::Stop;
-        }
-        Flow::Continue
+        let host = &self.host;
+        self.out.write(|o| cachescope_sinks::jsonl::write_rows(o, host, rows))
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {
-        let _ = std::io::stdout().flush();
-        Ok(Vec::new())
+        self.out.finish()
     }
 }
 

@@ -24,7 +24,9 @@ fn validate(file: &Path) -> Option<(bool, String)> {
 fn daemonset_passes_the_kubernetes_schema() {
     let ds = deploy().join("kubernetes/daemonset.yaml");
     let Some((ok, out)) = validate(&ds) else {
-        return println!("skip: kubernetes-validate is not installed (scripts/setup.sh installs it from PyPI)");
+        return cachescope_testkit::skip(
+            "kubernetes-validate is not installed (scripts/setup.sh installs it from PyPI)",
+        );
     };
     assert!(ok, "{out}");
     assert_eq!(out.matches("passed").count(), 3, "namespace, service account, DaemonSet: {out}");
@@ -39,7 +41,7 @@ fn daemonset_passes_the_kubernetes_schema() {
 #[test]
 fn systemd_unit_verifies() {
     if Command::new("systemd-analyze").arg("--version").output().is_err() {
-        return println!("skip: systemd-analyze is not installed");
+        return cachescope_testkit::skip("systemd-analyze is not installed");
     }
     let unit = std::fs::read_to_string(deploy().join("systemd/cachescope.service")).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -64,7 +66,9 @@ fn daemonset_caps() -> Vec<String> {
 #[test]
 fn image_runs_with_the_daemonsets_privileges() {
     if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
-        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
+        return cachescope_testkit::skip(
+            "no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)",
+        );
     }
     let Some(mut sb) = sandbox("cachescope-image") else { return };
     let bin = env!("CARGO_BIN_EXE_cachescope");

@@ -40,8 +40,8 @@ fn kernel_module_under_qemu() {
     let headers = Command::new("dpkg-query").args(["-W", "linux-headers-amd64"]).output();
     if !have("qemu-system-x86_64") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists()
     {
-        println!(
-            "skip: needs qemu-system-x86_64, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)"
+        cachescope_testkit::skip(
+            "needs qemu-system-x86_64, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)",
         );
         return;
     }

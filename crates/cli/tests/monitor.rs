@@ -77,7 +77,7 @@ fn hardware_backend_unavailable_is_exit_3() {
     let j: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     let msr = j["backends"].as_array().unwrap().iter().find(|b| b["name"] == "msr").unwrap().clone();
     if msr["available"] == true {
-        println!("skip: this host has a usable msr backend; the refusal path cannot be checked here");
+        cachescope_testkit::skip("this host has a usable msr backend; the refusal path cannot be checked here");
         return;
     }
     one_line_error(&["monitor", "--backend", "msr", "--cores", "0"], 3, "backend msr is unavailable");
@@ -109,16 +109,16 @@ fn sigterm_restores_core_associations() {
 fn emulated_resctrl_possible() -> bool {
     // SAFETY: geteuid has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skip: not root");
+        cachescope_testkit::skip("not root");
         return false;
     }
     if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
-        println!("skip: /dev/fuse cannot be opened");
+        cachescope_testkit::skip("/dev/fuse cannot be opened");
         return false;
     }
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     if !mi.lines().any(|l| l.contains(" - cgroup2 ")) {
-        println!("skip: no cgroup v2");
+        cachescope_testkit::skip("no cgroup v2");
         return false;
     }
     true
@@ -213,7 +213,7 @@ fn resctrl_refusals() {
 #[test]
 fn live_view_on_a_terminal() {
     if Command::new("script").arg("--version").output().is_err() {
-        println!("skip: no `script` (util-linux) to provide a pseudo-terminal");
+        cachescope_testkit::skip("no `script` (util-linux) to provide a pseudo-terminal");
         return;
     }
     let cmd =
@@ -264,7 +264,7 @@ fn live_view_on_a_terminal() {
 #[test]
 fn live_view_in_tmux_at_three_widths() {
     if Command::new("tmux").arg("-V").output().is_err() {
-        println!("skip: no tmux (scripts/setup.sh installs it)");
+        cachescope_testkit::skip("no tmux (scripts/setup.sh installs it)");
         return;
     }
     let tmux = |args: &[&str]| {

@@ -79,7 +79,9 @@ fn duckdb_available() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!("skip: python3 with duckdb and pytz is not installed (scripts/setup.sh installs them from PyPI)");
+        cachescope_testkit::skip(
+            "python3 with duckdb and pytz is not installed (scripts/setup.sh installs them from PyPI)",
+        );
     }
     ok
 }

@@ -110,7 +110,7 @@ fn machine() -> Option<(String, tempfile::TempDir, PathBuf)> {
     if on_host() {
         assert!(have("gcc") && have("unshare"), "host mode needs gcc and unshare");
     } else if !have("gcc") || !headers.is_ok_and(|o| o.status.success()) || !Path::new("/bin/busybox").exists() {
-        println!("skip: needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
+        cachescope_testkit::skip("needs gcc, linux-headers-amd64 and busybox-static (scripts/setup.sh installs them)");
         return None;
     }
     let qemu = if on_host() { String::new() } else { rdt_qemu() };
@@ -525,7 +525,7 @@ fn backends_on_the_rdt_machine() {
 #[test]
 fn device_errors_reach_the_rows_never_as_numbers() {
     if on_host() {
-        println!("skip: the device's knobs (injected U/E, three RMIDs) exist on the RDT machine only");
+        cachescope_testkit::skip("the device's knobs (injected U/E, three RMIDs) exist on the RDT machine only");
         return;
     }
     let Some((qemu, dir, work)) = machine() else { return };
@@ -626,7 +626,7 @@ fn compare_with_pqos(kernel: &str, r: &HashMap<String, String>, out: &Path) {
 #[test]
 fn a_freed_rmid_waits_in_limbo_until_its_lines_are_gone() {
     if on_host() {
-        println!("skip: the device's knobs (injected U/E, three RMIDs) exist on the RDT machine only");
+        cachescope_testkit::skip("the device's knobs (injected U/E, three RMIDs) exist on the RDT machine only");
         return;
     }
     let Some((qemu, dir, work)) = machine() else { return };

@@ -323,17 +323,17 @@ fn serve_exposes_the_metrics() {
 fn real_kernel_possible() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skip: not root");
+        cachescope_testkit::skip("not root");
         return None;
     }
     if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
-        println!("skip: /dev/fuse cannot be opened");
+        cachescope_testkit::skip("/dev/fuse cannot be opened");
         return None;
     }
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let root = mi.lines().find(|l| l.contains(" - cgroup2 ")).and_then(|l| l.split(' ').nth(4)).map(PathBuf::from);
     if root.is_none() {
-        println!("skip: no cgroup v2");
+        cachescope_testkit::skip("no cgroup v2");
     }
     root
 }
@@ -470,7 +470,7 @@ fn host_drive_case(pmu: &str, source: &str) {
     drop(sb);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(3) && err.contains("measures the host's containers") {
-        return println!("skip: {err}");
+        return cachescope_testkit::skip(err);
     }
     assert!(out.status.success(), "{err}");
     assert!(err.contains("EMULATED"), "{err}");
@@ -516,7 +516,7 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     let info = bin().args(["info", "--json"]).output().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
     if j["auto"]["cache_monitoring"] != "none" {
-        return println!("skip: this host has cache monitoring ({})", j["auto"]["cache_monitoring"]);
+        return cachescope_testkit::skip(format!("this host has cache monitoring ({})", j["auto"]["cache_monitoring"]));
     }
     let Some(mut sb) = sandbox("cachescope-nordt") else { return };
     let base = sb.rel();
@@ -837,9 +837,13 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
 #[test]
 fn docker_containers_named_by_the_runtime() {
     if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
-        return println!("skip: no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)");
+        return cachescope_testkit::skip(
+            "no Docker daemon reachable (scripts/test.sh starts one where docker.io is installed)",
+        );
     }
-    let Some(image) = busybox_image("docker") else { return println!("skip: no busybox image (busybox-static)") };
+    let Some(image) = busybox_image("docker") else {
+        return cachescope_testkit::skip("no busybox image (busybox-static)");
+    };
     runtime_names_reach_the_outputs("docker", image, &[]);
 }
 
@@ -850,13 +854,15 @@ fn docker_containers_named_by_the_runtime() {
 #[test]
 fn podman_containers_named_by_the_runtime() {
     if Command::new("podman").arg("--version").output().is_err() {
-        return println!("skip: podman is not installed (scripts/setup.sh installs it)");
+        return cachescope_testkit::skip("podman is not installed (scripts/setup.sh installs it)");
     }
     // SAFETY: geteuid has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        return println!("skip: not root (the test uses the system Podman socket)");
+        return cachescope_testkit::skip("not root (the test uses the system Podman socket)");
     }
-    let Some(image) = busybox_image("podman") else { return println!("skip: no busybox image (busybox-static)") };
+    let Some(image) = busybox_image("podman") else {
+        return cachescope_testkit::skip("no busybox image (busybox-static)");
+    };
     let sock = Path::new("/run/podman/podman.sock");
     let mut service = None;
     if std::os::unix::net::UnixStream::connect(sock).is_err() {
@@ -896,17 +902,19 @@ fn podman_containers_named_by_the_runtime() {
 fn containerd_kubernetes_identity_from_the_bundle() {
     // SAFETY: geteuid has no preconditions and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
-        return println!("skip: not root");
+        return cachescope_testkit::skip("not root");
     }
     if Command::new("ctr").arg("--version").output().is_err()
         || Command::new("containerd").arg("--version").output().is_err()
     {
-        return println!("skip: containerd is not installed (docker.io brings it)");
+        return cachescope_testkit::skip("containerd is not installed (docker.io brings it)");
     }
     if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
-        return println!("skip: no Docker daemon to build the image with");
+        return cachescope_testkit::skip("no Docker daemon to build the image with");
     }
-    let Some(image) = busybox_image("docker") else { return println!("skip: no busybox image (busybox-static)") };
+    let Some(image) = busybox_image("docker") else {
+        return cachescope_testkit::skip("no busybox image (busybox-static)");
+    };
     let sock = Path::new("/run/containerd/containerd.sock");
     let mut daemon = None;
     if std::os::unix::net::UnixStream::connect(sock).is_err() {
@@ -1037,7 +1045,9 @@ fn s3py(endpoint: &str, code: &str) -> Option<String> {
 #[test]
 fn files_uploaded_to_s3_while_the_store_comes_and_goes() {
     if Command::new("moto_server").arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
-        return println!("skip: moto_server is not installed (scripts/setup.sh installs moto[server] from PyPI)");
+        return cachescope_testkit::skip(
+            "moto_server is not installed (scripts/setup.sh installs moto[server] from PyPI)",
+        );
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let endpoint = format!("http://127.0.0.1:{port}");

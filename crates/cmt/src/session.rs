@@ -237,9 +237,11 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         for a in self.attached.values() {
             if let Some(pin) = &a.pin {
                 for x in pin.verify().map_err(|e| e.to_string())? {
-                    eprintln!(
-                        "cachescope: CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
-                        x.cpu, x.found, x.expected
+                    cachescope_platform::say!(
+                        "CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
+                        x.cpu,
+                        x.found,
+                        x.expected
                     );
                 }
             }

@@ -65,6 +65,10 @@ pub enum RunError {
     Clock(#[from] TickerError),
     #[error("{what}: {why}")]
     Part { what: &'static str, why: String },
+    /// The run went to its end but an output could not finish (a full disk, a stdout that
+    /// refused writes): what the run measured is in `summary`, what was lost in `why`.
+    #[error("{why}")]
+    Output { why: String, summary: Box<Summary> },
 }
 
 fn part(what: &'static str) -> impl FnOnce(String) -> RunError {
@@ -414,17 +418,23 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         Err(e) => note(RunError::Part { what: "backend shutdown", why: e }, &mut first_err),
     }
     st.p.containers.stop();
+    let mut output_errors = Vec::new();
     for s in st.p.sinks.iter_mut() {
         match s.finish() {
             Ok(m) => st.messages.extend(m),
-            Err(e) => note(RunError::Part { what: "sink", why: e }, &mut first_err),
+            Err(e) => output_errors.push(e),
         }
     }
     st.messages.extend(st.budget.summary(opts.interval, st.samples));
     summary.samples = st.samples;
     summary.messages = std::mem::take(&mut st.messages);
     match first_err {
+        // The run's own failure is the reason it ends with (an output failing after it is
+        // likely its consequence).
         Some(e) => Err(e),
+        None if !output_errors.is_empty() => {
+            Err(RunError::Output { why: output_errors.join("; "), summary: Box::new(summary) })
+        }
         None => Ok(summary),
     }
 }

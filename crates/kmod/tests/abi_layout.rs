@@ -74,7 +74,7 @@ fn the_header_and_the_mirror_agree() {
     let exe = dir.path().join("layout");
     let cc = Command::new("cc").arg("-I").arg(&kmod).arg(&src).arg("-o").arg(&exe).output();
     let Ok(cc) = cc else {
-        println!("skip: no C compiler (cc)");
+        cachescope_testkit::skip("no C compiler (cc)");
         return;
     };
     assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));

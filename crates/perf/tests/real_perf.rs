@@ -17,7 +17,7 @@ fn sandbox(tag: &str) -> Option<Sandbox> {
     match Sandbox::for_host(&format!("cachescope-perftest-{tag}")) {
         Ok(s) => Some(s),
         Err(why) => {
-            println!("skip: {why}");
+            cachescope_testkit::skip(why);
             None
         }
     }
@@ -96,7 +96,7 @@ fn per_task_group_counts_this_thread() {
     let mut g = match CounterGroup::open(&Target::Task(tid), &[ev, ev]) {
         Ok(g) => g,
         Err(e) => {
-            println!("skip: perf_event_open for a task failed: {e}");
+            cachescope_testkit::skip(format!("perf_event_open for a task failed: {e}"));
             return;
         }
     };
@@ -137,7 +137,7 @@ fn per_cpu_group_counts() {
 fn counts_split_by_cpu_group() {
     let cpus = cpus();
     if cpus.len() < 2 {
-        return println!("skip: one CPU, nothing to split");
+        return cachescope_testkit::skip("one CPU, nothing to split");
     }
     let Some(mut sb) = sandbox("split") else { return };
     let (ev, _) = event();

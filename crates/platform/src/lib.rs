@@ -7,6 +7,7 @@ pub mod cpuid;
 pub mod fsutil;
 pub mod mountinfo;
 pub mod msr;
+pub mod say;
 pub mod topology;
 pub mod vector;
 

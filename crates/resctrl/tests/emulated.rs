@@ -33,7 +33,7 @@ fn resolver() -> TaskResolver {
 
 fn mount(opts: Options) -> Option<Mounted> {
     if let Err(why) = fuse_available() {
-        println!("skip: {why}");
+        cachescope_testkit::skip(why);
         return None;
     }
     let sc = Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap();
@@ -299,7 +299,7 @@ fn threads_exiting_and_spawning_during_assignment() {
 #[test]
 fn real_threads_through_proc() {
     if let Err(why) = fuse_available() {
-        println!("skip: {why}");
+        cachescope_testkit::skip(why);
         return;
     }
     let sc = Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap();

@@ -120,11 +120,11 @@ impl Sink for RecordSink {
         let st = rec.stats();
         match (&st.failing, self.failing) {
             (Some(why), false) => {
-                eprintln!("cachescope: writing Parquet failed, rows kept in memory and retried: {why}");
+                cachescope_platform::say!("writing Parquet failed, rows kept in memory and retried: {why}");
                 self.failing = true;
             }
             (None, true) => {
-                eprintln!("cachescope: writing Parquet works again ({} rows pending)", st.rows_pending);
+                cachescope_platform::say!("writing Parquet works again ({} rows pending)", st.rows_pending);
                 self.failing = false;
             }
             _ => {}

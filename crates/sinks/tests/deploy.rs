@@ -68,7 +68,7 @@ fn rules_and_dashboard_use_what_the_page_has() {
 #[test]
 fn promtool_checks_the_rules_and_the_dashboard() {
     let Some((ok, out)) = promtool(&["check", "rules", "rules.yml"], &deploy().join("prometheus")) else {
-        return println!("skip: promtool is not installed (scripts/setup.sh installs Debian's prometheus)");
+        return cachescope_testkit::skip("promtool is not installed (scripts/setup.sh installs Debian's prometheus)");
     };
     assert!(ok, "{out}");
     let (ok, out) = promtool(&["test", "rules", "rules_test.yml"], &deploy().join("prometheus")).unwrap();

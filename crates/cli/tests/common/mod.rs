@@ -15,7 +15,7 @@ pub fn sandbox(prefix: &str) -> Option<Sandbox> {
     match Sandbox::for_host(prefix) {
         Ok(s) => Some(s),
         Err(why) => {
-            println!("skip: {why}");
+            cachescope_testkit::skip(why);
             None
         }
     }

@@ -162,7 +162,7 @@ fn an_unwritable_directory_is_refused_up_front() {
 fn disk_full_is_survived() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skip: disk_full_is_survived needs root to mount a tmpfs");
+        cachescope_testkit::skip("disk_full_is_survived needs root to mount a tmpfs");
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -174,7 +174,7 @@ fn disk_full_is_survived() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skip: disk_full_is_survived could not mount a tmpfs");
+        cachescope_testkit::skip("disk_full_is_survived could not mount a tmpfs");
         return;
     }
     struct Unmount(PathBuf);

@@ -134,7 +134,7 @@ fn page_parses_and_carries_the_values() {
 #[test]
 fn promtool_accepts_the_page() {
     let Ok(out) = std::process::Command::new("promtool").arg("--version").output() else {
-        eprintln!("skip: promtool is not installed");
+        cachescope_testkit::skip("promtool is not installed");
         return;
     };
     assert!(out.status.success());

@@ -1,0 +1,165 @@
+//! Outputs that fail as a person sees them: a reader that stops reading ends `report`, `info`
+//! and `monitor` quietly (exit 0, nothing on stderr); a stdout that refuses writes (a full disk)
+//! is exit 1 with one line; a closed stderr never stops `record`.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cachescope"))
+}
+
+fn scenario() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml")
+}
+
+/// A pipe whose reading end is already closed: every write to the other end is EPIPE.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: pipe(2) just returned these descriptors; each is owned once.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+fn dev_full() -> Stdio {
+    Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap())
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A short emulated recording (the bundled scenario, virtual time).
+fn recording(dir: &Path) -> PathBuf {
+    let out = dir.join("rec");
+    let o = bin()
+        .args(["record", "--fast", "--duration", "3s", "--scenario"])
+        .arg(scenario())
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    out
+}
+
+/// Exit 0, nothing said: what a filter does when its reader is gone.
+fn quiet(what: &str, o: &Output) {
+    assert_eq!(o.status.code(), Some(0), "{what}: {}", stderr(o));
+    assert!(o.stderr.is_empty(), "{what} said: {}", stderr(o));
+}
+
+/// Exit 1 and one line naming stdout.
+fn refused(what: &str, o: &Output) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{what}: {e}");
+    let last = e.lines().last().unwrap_or("");
+    assert!(last.starts_with("cachescope: writing to stdout: No space left on device"), "{what}: {e}");
+    assert!(!e.contains("panicked"), "{what}: {e}");
+}
+
+#[test]
+fn a_reader_that_stops_reading_ends_a_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    let o = bin().arg("report").arg(&rec).stdout(closed_pipe()).output().unwrap();
+    quiet("report | (closed)", &o);
+    let o = bin().arg("report").arg(&rec).arg("--json").stdout(closed_pipe()).output().unwrap();
+    quiet("report --json | (closed)", &o);
+    let o = bin().args(["info", "--json"]).stdout(closed_pipe()).output().unwrap();
+    quiet("info --json | (closed)", &o);
+    // monitor's rows: the run stops at its first write, long before its duration.
+    let t = std::time::Instant::now();
+    let o = bin()
+        .args(["monitor", "--jsonl", "--duration", "30s", "--scenario"])
+        .arg(scenario())
+        .stdout(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "monitor --jsonl | (closed): {}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    assert!(t.elapsed().as_secs() < 20, "monitor went on for {:?} with no reader", t.elapsed());
+}
+
+#[test]
+fn a_stdout_that_refuses_writes_is_exit_1_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = recording(dir.path());
+    refused("info", &bin().arg("info").stdout(dev_full()).output().unwrap());
+    refused("info --json", &bin().args(["info", "--json"]).stdout(dev_full()).output().unwrap());
+    refused("report", &bin().arg("report").arg(&rec).stdout(dev_full()).output().unwrap());
+    refused("report --json", &bin().arg("report").arg(&rec).arg("--json").stdout(dev_full()).output().unwrap());
+    for mode in ["--jsonl", "--plain"] {
+        let o = bin()
+            .args(["monitor", mode, "--fast", "--duration", "2s", "--scenario"])
+            .arg(scenario())
+            .stdout(dev_full())
+            .output()
+            .unwrap();
+        refused(&format!("monitor {mode}"), &o);
+        // What the run measured is still said before the failure.
+        assert!(stderr(&o).contains("ticks, lateness"), "monitor {mode}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_closed_stderr_does_not_stop_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rec");
+    let o = bin()
+        .args(["record", "--duration", "2s", "--interval", "10ms", "--print-every", "100ms", "--scenario"])
+        .arg(scenario())
+        .arg("--output")
+        .arg(&out)
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    assert!(!files.is_empty(), "no finished Parquet file in {}", out.display());
+    let o = bin().arg("report").arg(&out).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `--pmu bpf` or `--pmu perf` named by the user and refused by the kernel (an unprivileged
+/// user) is exit 3 with one line, as a named backend is; `auto` goes on without PMU columns.
+#[test]
+fn a_named_pmu_source_that_cannot_start_is_exit_3() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0
+        || !Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success())
+    {
+        return cachescope_testkit::skip("needs root and setpriv to run as nobody");
+    }
+    let as_nobody = |pmu: &str| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_cachescope"))
+            .args(["monitor", "--backend", "none", "--jsonl", "--duration", "300ms", "--pmu", pmu])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for pmu in ["bpf", "perf"] {
+        let o = as_nobody(pmu);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "--pmu {pmu}: {e}");
+        let last = e.lines().last().unwrap_or("");
+        assert!(last.starts_with(&format!("cachescope: --pmu {pmu}: ")), "--pmu {pmu}: {e}");
+        // libbpf's own lines come through our one line, never raw.
+        assert!(!e.lines().any(|l| l.starts_with("libbpf:")), "--pmu {pmu}: {e}");
+    }
+    let o = as_nobody("auto");
+    assert_eq!(o.status.code(), Some(0), "--pmu auto: {}", stderr(&o));
+    assert!(stderr(&o).contains("PMU columns: off"), "{}", stderr(&o));
+}
