@@ -211,6 +211,24 @@ impl Glob {
         Ok(Glob(p.to_string()))
     }
 
+    /// A glob as a user may write it for the hierarchy mounted at `mount`: relative to its
+    /// root (`system.slice/*`, or `/system.slice/*` as /proc/PID/cgroup writes paths), or as a
+    /// file system path under the mount (`/sys/fs/cgroup/system.slice/*`), which is made
+    /// relative (it would otherwise match nothing).
+    pub fn under(pattern: &str, mount: &std::path::Path) -> Result<Glob, String> {
+        let mount = mount.to_string_lossy();
+        let mount = mount.trim_end_matches('/');
+        match pattern.strip_prefix(mount).filter(|rest| !mount.is_empty() && rest.starts_with('/')) {
+            Some(rest) => Glob::new(rest).map_err(|e| format!("{e} (below the cgroup mount {mount})")),
+            None => Glob::new(pattern),
+        }
+    }
+
+    /// The pattern, relative to the hierarchy's root.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     pub fn matches(&self, path: &str) -> bool {
         glob_match(self.0.as_bytes(), path.trim_matches('/').as_bytes())
     }
@@ -345,6 +363,12 @@ mod tests {
         assert!(identify("jobs/x/y/task-3", &g).is_some());
         assert!(identify("jobs/task-33", &g).is_none());
         assert!(Glob::new("").is_err());
+        // A file system path under the mount is made relative; a leading slash alone is the root.
+        let m = std::path::Path::new("/sys/fs/cgroup");
+        assert_eq!(Glob::under("/sys/fs/cgroup/batch/*", m).unwrap(), Glob::new("batch/*").unwrap());
+        assert_eq!(Glob::under("/batch/*", m).unwrap(), Glob::new("batch/*").unwrap());
+        assert_eq!(Glob::under("/sys/fs/cgroupx/*", m).unwrap().as_str(), "sys/fs/cgroupx/*");
+        assert!(Glob::under("/sys/fs/cgroup/", m).is_err(), "the root itself is no container glob");
     }
 
     #[test]

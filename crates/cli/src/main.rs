@@ -54,8 +54,8 @@ struct MonitorCmd {
 /// Parquet output.
 #[derive(clap::Args)]
 struct Files {
-    /// Start a new file after this long.
-    #[arg(long, default_value = "1m", value_parser = duration::parse)]
+    /// Start a new file after this long, 1s to 168h.
+    #[arg(long, default_value = "1m", value_parser = duration::rotate_every)]
     rotate_every: std::time::Duration,
     /// Start a new file after this many MiB.
     #[arg(long, default_value_t = 256)]

@@ -23,6 +23,7 @@ use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
 use cachescope_resctrl::{ContainerGroups, Resctrl};
 use cachescope_rmid::Config;
+use cachescope_sinks::parquet::Provenance;
 use cachescope_sinks::{RecordOptions, RecordSink, ServeSink};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -59,11 +60,11 @@ pub struct Common {
     /// Cache-monitoring backend; `auto` says in `cachescope info` what it picks.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Sampling interval (500us, 1ms, 2s, 1m); default 1ms, 100ms with resctrl.
-    #[arg(long, value_parser = duration::parse)]
+    /// Sampling interval, 100us to 10m (500us, 1ms, 2s, 1m); default 1ms, 100ms with resctrl.
+    #[arg(long, value_parser = duration::interval)]
     interval: Option<Duration>,
-    /// Stop after this long (default: until SIGINT/SIGTERM).
-    #[arg(long, value_parser = duration::parse)]
+    /// Stop after this long, up to 10 years (default: until SIGINT/SIGTERM).
+    #[arg(long, value_parser = duration::run_length)]
     duration: Option<Duration>,
     /// Emulate this CPU (a vector name from testdata/cpuid or a vector file).
     #[arg(long, value_name = "MODEL|VECTOR.json")]
@@ -85,8 +86,8 @@ pub struct Common {
     /// Mount resctrl at /sys/fs/resctrl if it is not mounted (resctrl backend).
     #[arg(long)]
     mount_resctrl: bool,
-    /// How often to print a table (and refresh the self-metrics).
-    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    /// How often to print a table (and refresh the self-metrics), 10ms to 1h.
+    #[arg(long, default_value = "500ms", value_parser = duration::print_every)]
     print_every: Duration,
     /// Run emulated time as fast as possible instead of with the wall clock.
     #[arg(long)]
@@ -171,11 +172,11 @@ fn topology() -> Result<Topology, CliError> {
 }
 
 impl Common {
-    fn globs(&self) -> Result<Vec<Glob>, CliError> {
+    fn globs(&self, h: &Hierarchy) -> Result<Vec<Glob>, CliError> {
         self.containers
             .iter()
             .filter(|g| *g != "auto")
-            .map(|g| Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
+            .map(|g| Glob::under(g, &h.root).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
             .collect()
     }
 
@@ -307,7 +308,7 @@ fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::Detection) 
     let domains = if domains.is_empty() { vec![0] } else { domains };
     let l3 = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
     let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
-    let containers = HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?;
+    let containers = HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?;
     Ok(Built {
         backend: Box::new(Unsupported::new(domains, l3, host.summary(), &why)),
         containers: Box::new(containers),
@@ -330,7 +331,7 @@ fn perf_cqm(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     let (pmu_src, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
     Ok(Built {
         backend: Box::new(CqmBackend::new(pmu, PerfOpener, &domains, i)),
-        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),
         pmu: pmu_src,
         world: None,
         interval: args.interval.unwrap_or(Duration::from_millis(100)),
@@ -431,7 +432,7 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
     let desc = pmu.describe();
     Ok(Built {
         backend: Box::new(backend),
-        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),
         pmu: Some(Box::new(pmu)),
         world: Some(Box::new(DrivenWorld::new(emu, domains, misses))),
         interval: args.msr_interval(),
@@ -448,9 +449,8 @@ fn kmod(args: &Common, host: &CpuInfo) -> Result<Built, CliError> {
     }
     let h = args.cgroup_v2("the kmod backend")?;
     let topo = topology()?;
-    let globs = args.globs()?;
-    let extra: Vec<String> =
-        args.containers.iter().filter(|g| *g != "auto").map(|g| g.trim_matches('/').to_string()).collect();
+    let globs = args.globs(&h)?;
+    let extra: Vec<String> = globs.iter().map(|g| g.as_str().to_string()).collect();
     let dev = cachescope_kmod::Device::open(Path::new(cachescope_kmod::device::DEFAULT_PATH))
         .map_err(CliError::unavailable)?;
     let mut backend = cachescope_kmod::KmodBackend::new(Box::new(dev), &cachescope_kmod::rules(&extra), host.summary())
@@ -596,7 +596,7 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
     Ok(Built {
         backend: Box::new(groups),
-        containers: Box::new(HostContainers::start(&h, args.globs()?).map_err(CliError::unavailable)?),
+        containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),
         pmu,
         world: None,
         interval,
@@ -617,7 +617,10 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
     let mut v: Vec<Box<dyn Sink>> = Vec::new();
     let host = terminal::hostname();
     match outs.terminal {
-        Some(Terminal::Jsonl) => v.push(Box::new(Jsonl::new(host.clone()))),
+        Some(Terminal::Jsonl) => {
+            let prov = Provenance::of(b.backend.info().emulated.is_some());
+            v.push(Box::new(Jsonl::new(host.clone(), prov)));
+        }
         Some(t) => {
             use std::io::IsTerminal;
             if t == Terminal::View && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
@@ -646,8 +649,9 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
         v.push(Box::new(r));
     }
     if let Some(addr) = outs.listen {
-        v.push(Box::new(ServeSink::start(addr).map_err(CliError::input)?));
-        cachescope_platform::say!("serving Prometheus metrics at http://{addr}/metrics");
+        let serve = ServeSink::start(addr).map_err(CliError::input)?;
+        cachescope_platform::say!("serving Prometheus metrics at http://{}/metrics", serve.addr());
+        v.push(Box::new(serve));
     }
     Ok(v)
 }

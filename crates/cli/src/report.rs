@@ -43,7 +43,10 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
         cachescope_platform::say!("{p}");
     }
     if let Some(dir) = &args.svg {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("{}: {e}", dir.display())))?;
+        if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+            return Err(CliError::input(format!("--svg {}: {} is not a directory", dir.display(), file.display())));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("--svg {}: {e}", dir.display())))?;
         for (name, _, svg) in html::charts(&report) {
             write(&dir.join(name), &svg)?;
         }

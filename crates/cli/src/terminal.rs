@@ -5,6 +5,7 @@
 use crate::tui::{Frame, Tui};
 use crate::view::{self, Accumulator};
 use cachescope_engine::{Flow, Lateness, Row, RunStatus, Sink};
+use cachescope_sinks::parquet::Provenance;
 use std::io::Write;
 use std::time::Duration;
 
@@ -21,10 +22,26 @@ fn header_lines(st: &RunStatus) -> Vec<String> {
             late.max(),
             st.missed
         ),
-        format!("RMIDs in use={} limbo={} unmonitored={}", st.rmids_in_use, st.rmids_limbo, st.unmonitored),
+        format!(
+            "RMIDs in use={} limbo={} unmonitored={} failed reads={}",
+            st.rmids_in_use,
+            limbo(st),
+            st.unmonitored,
+            failed_reads(st)
+        ),
     ];
     v.extend(st.extra.iter().cloned());
     v
+}
+
+/// RMIDs in limbo, `?` where the backend cannot tell.
+fn limbo(st: &RunStatus) -> String {
+    st.rmids_limbo.map_or("?".to_string(), |n| n.to_string())
+}
+
+/// Reads that failed where a value should exist, since the start (`error` rows).
+fn failed_reads(st: &RunStatus) -> u64 {
+    st.read_errors.iter().map(|(_, n)| n).sum()
 }
 
 /// Why a stdout sink stopped: a reader that went away is a quiet end (`monitor | head`), any
@@ -168,12 +185,13 @@ impl Progress {
             ));
         }
         o.push_str(&format!(
-            "; lateness p99 {:?}, {} missed; RMIDs {} in use, {} limbo, {} waiting",
+            "; lateness p99 {:?}, {} missed; RMIDs {} in use, {} limbo, {} waiting; {} failed reads",
             st.lateness.quantile(0.99),
             st.missed,
             st.rmids_in_use,
-            st.rmids_limbo,
-            st.unmonitored
+            limbo(st),
+            st.unmonitored,
+            failed_reads(st)
         ));
         o
     }
@@ -214,19 +232,20 @@ impl Sink for Progress {
 /// JSON lines on stdout, one object per row.
 pub struct Jsonl {
     host: String,
+    provenance: Provenance,
     out: Stdout,
 }
 
 impl Jsonl {
-    pub fn new(host: String) -> Jsonl {
-        Jsonl { host, out: Stdout::default() }
+    pub fn new(host: String, provenance: Provenance) -> Jsonl {
+        Jsonl { host, provenance, out: Stdout::default() }
     }
 }
 
 impl Sink for Jsonl {
     fn rows(&mut self, rows: &[Row]) -> Flow {
-        let host = &self.host;
-        self.out.write(|o| cachescope_sinks::jsonl::write_rows(o, host, rows))
+        let (host, prov) = (&self.host, self.provenance);
+        self.out.write(|o| cachescope_sinks::jsonl::write_rows(o, host, prov, rows))
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {

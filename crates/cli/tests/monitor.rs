@@ -60,6 +60,23 @@ fn refusals() {
     let s = scenario();
     one_line_error(&["monitor", "--scenario", "/nonexistent.toml"], 2, "/nonexistent.toml");
     one_line_error(&["monitor", "--scenario", &s, "--interval", "5parsecs"], 2, "unknown unit");
+    // Each duration flag has its range, said with the units accepted.
+    one_line_error(
+        &["monitor", "--scenario", &s, "--interval", "0.5us"],
+        2,
+        "from 100us to 10m (units us, ms, s, m or h)",
+    );
+    one_line_error(&["monitor", "--scenario", &s, "--duration", "99999999999h"], 2, "longer than 10 years");
+    one_line_error(&["monitor", "--scenario", &s, "--duration", "5"], 2, "no unit (use us, ms, s, m or h)");
+    one_line_error(&["monitor", "--scenario", &s, "--print-every", "1ms"], 2, "from 10ms to 1h");
+    one_line_error(&["record", "--scenario", &s, "--output", "/tmp/x", "--rotate-every", "10ms"], 2, "from 1s to 168h");
+    // A file where a directory belongs is named as such (create_dir_all said "File exists").
+    one_line_error(&["record", "--scenario", &s, "--output", "/etc/hostname"], 2, "/etc/hostname is not a directory");
+    one_line_error(
+        &["record", "--scenario", &s, "--output", "/etc/hostname/rec"],
+        2,
+        "/etc/hostname is not a directory",
+    );
     one_line_error(&["monitor", "--scenario", &s, "--emulate", "pentium"], 2, "unknown model");
     one_line_error(&["monitor", "--scenario", &s, "--emulate", "intel-core-i7-4770"], 2, "PQM");
     // Skylake-SP: 24-bit counters of 96 KiB: a wrap every 3.3 s at 500 GB/s.

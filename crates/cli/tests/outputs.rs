@@ -91,6 +91,10 @@ fn a_reader_that_stops_reading_ends_a_command_quietly() {
 fn a_stdout_that_refuses_writes_is_exit_1_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let rec = recording(dir.path());
+    // Not an output failure but bad input: a file where --svg wants a directory.
+    let o = bin().arg("report").arg(&rec).args(["--svg", "/etc/hostname"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--svg /etc/hostname: /etc/hostname is not a directory"), "{}", stderr(&o));
     refused("info", &bin().arg("info").stdout(dev_full()).output().unwrap());
     refused("info --json", &bin().args(["info", "--json"]).stdout(dev_full()).output().unwrap());
     refused("report", &bin().arg("report").arg(&rec).stdout(dev_full()).output().unwrap());
@@ -162,4 +166,28 @@ fn a_named_pmu_source_that_cannot_start_is_exit_3() {
     let o = as_nobody("auto");
     assert_eq!(o.status.code(), Some(0), "--pmu auto: {}", stderr(&o));
     assert!(stderr(&o).contains("PMU columns: off"), "{}", stderr(&o));
+}
+
+/// `--listen 127.0.0.1:0` says the port the kernel chose, and /metrics answers there.
+#[test]
+fn listen_on_port_0_says_the_port_bound() {
+    use std::io::{BufRead, Read, Write};
+    let mut child = bin()
+        .args(["serve", "--listen", "127.0.0.1:0", "--duration", "5s", "--scenario"])
+        .arg(scenario())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let said = lines.by_ref().map_while(Result::ok).find(|l| l.contains("serving Prometheus metrics at")).unwrap();
+    let addr = said.split("http://").nth(1).and_then(|r| r.strip_suffix("/metrics")).unwrap().to_string();
+    assert!(!addr.ends_with(":0"), "{said}");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -136,8 +136,13 @@ fn recorded_scenario_matches_known_answers() {
     let files = parquet_files(&out_dir);
     assert!(!files.is_empty());
     let (batches, md) = read(&files);
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("2"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("3"));
     assert!(md.get("cachescope.backend").unwrap().contains("emulated"));
+    // Every row says it is emulated too (schema 3).
+    for b in &batches {
+        let p = b.column_by_name("provenance").unwrap().as_string::<i32>();
+        assert!(p.iter().all(|v| v == Some("emulated")), "provenance {p:?}");
+    }
     assert!(md.get("cachescope.cpuid").unwrap().contains("GenuineIntel"));
     assert!(md.get("cachescope.monotonic_offset_ns").unwrap().parse::<i64>().unwrap() > 0);
     let rs = rows(&batches);
@@ -553,6 +558,10 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     let rs = rows(&batches);
     assert!(md.get("cachescope.unsupported").is_some_and(|w| w.contains("no cache monitoring")), "{md:?}");
     assert!(md.get("cachescope.backend").unwrap().starts_with("none"), "{md:?}");
+    for b in &batches {
+        let p = b.column_by_name("provenance").unwrap().as_string::<i32>();
+        assert!(p.iter().all(|v| v == Some("measured")), "provenance {p:?}");
+    }
     let of = |n: &str| -> Vec<&R> { rs.iter().filter(|r| r.id.starts_with(&format!("{base}_{n}"))).collect() };
     let (busy, idle) = (of("busy"), of("idle"));
     assert!(!busy.is_empty() && !idle.is_empty(), "{:?}", rs.iter().map(|r| &r.id).collect::<Vec<_>>());

@@ -253,7 +253,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         let mut limbo: Vec<u32> = self.alloc.domains().flat_map(|d| self.alloc.limbo(d)).collect();
         limbo.sort_unstable();
         limbo.dedup();
-        SlotCounts { in_use: self.attached.len() as u64, limbo: limbo.len() as u64 }
+        SlotCounts { in_use: self.attached.len() as u64, limbo: Some(limbo.len() as u64) }
     }
 
     fn header(&self) -> Vec<String> {

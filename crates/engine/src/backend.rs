@@ -98,7 +98,8 @@ pub enum Attach {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotCounts {
     pub in_use: u64,
-    pub limbo: u64,
+    /// None where the backend cannot know (resctrl keeps limbo to itself): unknown, never 0.
+    pub limbo: Option<u64>,
 }
 
 pub trait CacheBackend {

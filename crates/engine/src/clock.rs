@@ -28,6 +28,8 @@ pub struct Clock {
     until: Option<Duration>,
     origin: Duration,
     done: bool,
+    /// Why the ticker stopped, when it failed: the run ends with it, not silently.
+    failed: Option<TickerError>,
 }
 
 impl Clock {
@@ -41,12 +43,17 @@ impl Clock {
     ) -> Result<Clock, TickerError> {
         let ticker = if virtual_time { None } else { Some(Ticker::new(period)?) };
         let origin = ticker.as_ref().map_or_else(monotonic, Ticker::origin);
-        Ok(Clock { ticker, period, step: 0, stop, until, origin, done: false })
+        Ok(Clock { ticker, period, step: 0, stop, until, origin, done: false, failed: None })
     }
 
     /// CLOCK_MONOTONIC at the run's t = 0 (for sources that stamp their own samples).
     pub fn origin(&self) -> Duration {
         self.origin
+    }
+
+    /// Why [`Clock::wait`] returned None, if the ticker failed.
+    pub fn take_failure(&mut self) -> Option<TickerError> {
+        self.failed.take()
     }
 
     pub fn is_virtual(&self) -> bool {
@@ -64,7 +71,14 @@ impl Clock {
                 Wake { t: self.period * self.step as u32, late: Duration::ZERO, missed: 0, last: false }
             }
             Some(ticker) => {
-                let tick = ticker.wait().ok()?;
+                let tick = match ticker.wait() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.failed = Some(e);
+                        self.done = true;
+                        return None;
+                    }
+                };
                 if self.stop.load(Ordering::Relaxed) {
                     return None;
                 }

@@ -516,7 +516,7 @@ fn run_loop(
             break;
         }
     }
-    Ok(())
+    clock.take_failure().map_or(Ok(()), |e| Err(RunError::Clock(e)))
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ pub struct RunStatus {
     pub lateness: Lateness,
     pub missed: u64,
     pub rmids_in_use: u64,
-    pub rmids_limbo: u64,
+    /// None: the backend cannot tell.
+    pub rmids_limbo: Option<u64>,
     pub unmonitored: u64,
     /// L3 size per domain (domain, bytes).
     pub l3_bytes: Vec<(u32, u64)>,

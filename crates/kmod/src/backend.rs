@@ -351,7 +351,7 @@ impl CacheBackend for KmodBackend {
     }
 
     fn slots(&self) -> SlotCounts {
-        SlotCounts { in_use: self.stats.rmids_in_use, limbo: self.stats.rmids_limbo }
+        SlotCounts { in_use: self.stats.rmids_in_use, limbo: Some(self.stats.rmids_limbo) }
     }
 
     fn header(&self) -> Vec<String> {

@@ -163,7 +163,8 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
     }
 
     fn slots(&self) -> SlotCounts {
-        SlotCounts { in_use: self.attached.len() as u64, limbo: 0 }
+        // The kernel's intel_cqm driver keeps its limbo to itself.
+        SlotCounts { in_use: self.attached.len() as u64, limbo: None }
     }
 
     fn shutdown(&mut self) -> Result<Vec<String>, String> {

@@ -184,16 +184,30 @@ pub fn episode_line(e: &Episode) -> String {
     format!("{} in domain {}: {what}; {}", e.container_name, e.domain, victims.join("; "))
 }
 
+/// Where the values come from, in words: emulation is said loudly, with what drove it.
+fn values_fact(f: &Facts) -> String {
+    let why = if f.emulated.is_empty() {
+        "the rows' provenance column says so; the file metadata that said what drove them is gone".to_string()
+    } else {
+        f.emulated.join("; ")
+    };
+    match f.values.as_str() {
+        "measured" => "measured".to_string(),
+        "unknown" => {
+            "unknown: no cachescope metadata or provenance column (a file rewritten by another tool?)".to_string()
+        }
+        v if v.contains("emulated") => format!("EMULATED ({v}): {why}"),
+        v => v.to_string(),
+    }
+}
+
 fn fact_rows(f: &Facts) -> Vec<(&'static str, String)> {
     let list = |v: &[String], none: &str| if v.is_empty() { none.to_string() } else { v.join("; ") };
     let mut rows = vec![
         ("host", list(&f.hosts, "-")),
         ("backend", list(&f.backends, "-")),
         ("CPU", list(&f.cpus, "-")),
-        (
-            "values",
-            if f.emulated.is_empty() { "measured".to_string() } else { format!("EMULATED: {}", f.emulated.join("; ")) },
-        ),
+        ("values", values_fact(f)),
     ];
     if let (Some(a), Some(b)) = (f.start_ns, f.end_ns) {
         rows.push(("time range", format!("{} to {} ({})", utc(a), utc(b), span(b - a))));
@@ -243,12 +257,8 @@ pub fn page(r: &Report) -> String {
         escape(&title)
     );
     let _ = writeln!(o, "<h1>{}</h1>", escape(&title));
-    if !r.run.emulated.is_empty() {
-        let _ = writeln!(
-            o,
-            "<p class=\"emulated\">EMULATED occupancy and bandwidth: {}</p>",
-            escape(&r.run.emulated.join("; "))
-        );
+    if r.run.values.contains("emulated") {
+        let _ = writeln!(o, "<p class=\"emulated\">{}</p>", escape(&values_fact(&r.run)));
     }
     o.push_str("<table id=\"facts\">\n");
     for (k, v) in fact_rows(&r.run) {

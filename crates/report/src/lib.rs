@@ -21,6 +21,9 @@ pub const JSON_VERSION: u32 = 2;
 
 /// Buckets across the charts and the finder at most.
 pub const MAX_BUCKETS: usize = 800;
+/// L3 domains a report follows at most: more than any machine has (32 on a two-socket EPYC
+/// Turin); the rows of further domains are left out, and said.
+pub const MAX_DOMAINS: usize = 256;
 
 /// What the files say about the run(s) they hold.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -28,7 +31,11 @@ pub struct Facts {
     pub hosts: Vec<String>,
     pub backends: Vec<String>,
     pub cpus: Vec<String>,
-    /// Why the values are emulated (absent: measured).
+    /// Where the values come from: `measured`, `emulated`, `unknown` (files without
+    /// cachescope's metadata or `provenance` column, e.g. rewritten by another tool), or
+    /// several of them joined by `+` (mixed files).
+    pub values: String,
+    /// Why the values are emulated (empty: not emulated, or nothing says why).
     pub emulated: Vec<String>,
     /// Why the PMU columns hold what they hold.
     pub pmu: Vec<String>,
@@ -112,6 +119,11 @@ fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64) -> F
         hosts: info.hosts.iter().cloned().collect(),
         backends: values(info, "cachescope.backend"),
         cpus: values(info, "cachescope.cpuid"),
+        values: if info.provenance.is_empty() {
+            "unknown".to_string()
+        } else {
+            info.provenance.iter().cloned().collect::<Vec<_>>().join("+")
+        },
         emulated: values(info, "cachescope.emulated"),
         pmu: values(info, "cachescope.pmu"),
         schema_versions: values(info, "cachescope.schema_version"),
@@ -134,6 +146,9 @@ struct Analysis {
     summaries: BTreeMap<String, SummaryAcc>,
     timeline: Option<timeline::Builder>,
     facts: RowFacts,
+    domains: BTreeSet<i32>,
+    /// Rows of domains beyond [`MAX_DOMAINS`], left out.
+    cut_domain_rows: u64,
 }
 
 impl Analysis {
@@ -144,10 +159,19 @@ impl Analysis {
             summaries: BTreeMap::new(),
             timeline: span.map(|(a, b, iv)| timeline::Builder::new(a, b, iv, MAX_BUCKETS)),
             facts: RowFacts::default(),
+            domains: BTreeSet::new(),
+            cut_domain_rows: 0,
         }
     }
 
     fn row(&mut self, id: &str, name: Option<&str>, p: &Point) {
+        if !self.domains.contains(&p.domain) {
+            if self.domains.len() >= MAX_DOMAINS {
+                self.cut_domain_rows += 1;
+                return;
+            }
+            self.domains.insert(p.domain);
+        }
         match self.summaries.get_mut(id) {
             Some(a) => a.row(name, p),
             None => {
@@ -163,6 +187,21 @@ impl Analysis {
     }
 
     fn finish(self, info: &FileInfo, problems: &mut Vec<String>) -> Report {
+        if self.cut_domain_rows > 0 {
+            problems.push(format!(
+                "more than {MAX_DOMAINS} L3 domains in these files (no machine has that many): {} rows of the others left out",
+                self.cut_domain_rows
+            ));
+        }
+        if let Some(t) = self.timeline.as_ref().filter(|t| t.cut_rows > 0) {
+            problems.push(format!(
+                "the charts and the noisy-neighbour finder follow {} container x domain series at most: {}{} more series ({} rows) left out of them; the per-container table has every row",
+                timeline::MAX_SERIES,
+                t.cut_series(),
+                if t.cut_series() >= timeline::MAX_SERIES { " or" } else { "" },
+                t.cut_rows
+            ));
+        }
         let run = facts(info, self.facts, self.summaries.len(), self.interval_ns);
         let tl = self.timeline.map(timeline::Builder::finish);
         let l3 = run.l3_bytes;
@@ -232,6 +271,11 @@ pub fn analyze(rec: Recording) -> Report {
             a.row(id, c.name.as_deref(), p);
         }
     }
-    let info = FileInfo { metadata: rec.metadata.clone(), hosts: rec.hosts.clone(), files: rec.files };
+    let info = FileInfo {
+        metadata: rec.metadata.clone(),
+        hosts: rec.hosts.clone(),
+        provenance: rec.provenance.clone(),
+        files: rec.files,
+    };
     a.finish(&info, &mut Vec::new())
 }

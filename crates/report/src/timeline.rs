@@ -131,7 +131,14 @@ pub struct Builder {
     w: i64,
     n: usize,
     lines: BTreeMap<(i32, String), LineAcc>,
+    /// Rows of series beyond [`MAX_SERIES`], left out.
+    pub cut_rows: u64,
+    cut_series: std::collections::BTreeSet<(i32, String)>,
 }
+
+/// Container × domain series the grid holds at most: each takes ~60 bytes per bucket (~48 KB
+/// at 800 buckets), so a file with thousands of made-up domains cannot exhaust memory.
+pub const MAX_SERIES: usize = 2048;
 
 impl Builder {
     /// A grid over [first, last] of at most `max_buckets`, no finer than `interval_ns`.
@@ -139,13 +146,26 @@ impl Builder {
         let w = step_for(last - first, interval_ns, max_buckets);
         let start_ns = first.div_euclid(w) * w;
         let n = ((last - start_ns + w - 1) / w).max(1) as usize;
-        Builder { start_ns, w, n, lines: BTreeMap::new() }
+        Builder { start_ns, w, n, lines: BTreeMap::new(), cut_rows: 0, cut_series: Default::default() }
+    }
+
+    /// Series left out for [`MAX_SERIES`].
+    pub fn cut_series(&self) -> usize {
+        self.cut_series.len()
     }
 
     pub fn row(&mut self, id: &str, name: Option<&str>, p: &Point) {
         let (n, w, start_ns) = (self.n, self.w, self.start_ns);
         let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
         let key = (p.domain, id.to_string());
+        if self.lines.len() >= MAX_SERIES && !self.lines.contains_key(&key) {
+            self.cut_rows += 1;
+            // The names of what was cut, up to as many as were kept.
+            if self.cut_series.len() < MAX_SERIES {
+                self.cut_series.insert(key);
+            }
+            return;
+        }
         let acc = self.lines.entry(key).or_insert_with(|| LineAcc {
             name: name.map_or_else(|| id.to_string(), String::from),
             occupancy: vec![None; n],

@@ -307,7 +307,9 @@ impl CacheBackend for ContainerGroups {
     }
 
     fn slots(&self) -> SlotCounts {
-        SlotCounts { in_use: self.groups.len() as u64, limbo: 0 }
+        // The kernel holds freed RMIDs in limbo without saying how many (only a refused
+        // mkdir tells that some are).
+        SlotCounts { in_use: self.groups.len() as u64, limbo: None }
     }
 
     fn header(&self) -> Vec<String> {

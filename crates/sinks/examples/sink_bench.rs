@@ -84,7 +84,7 @@ fn main() {
         let start = Instant::now();
         let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("jsonl"));
         for b in &batches {
-            cachescope_sinks::jsonl::write_rows(&mut f, "bench-host", b).expect("write");
+            cachescope_sinks::jsonl::write_rows(&mut f, "bench-host", Default::default(), b).expect("write");
         }
         drop(f);
         js_rate.push(rows as f64 / start.elapsed().as_secs_f64());

@@ -1,38 +1,50 @@
-//! A small HTTP/1.x server for `/metrics` that no client can wedge. One thread reads every
-//! connection's request head at once (poll(2), non-blocking), so clients that connect and say
-//! nothing hold no worker; a head must arrive within [`DEADLINE`] and fit in 8 KiB. Complete
-//! requests go to [`WORKERS`] threads, each writing one answer within the deadline and then
-//! closing (pipelined requests are never read), so a client that never reads its answer holds
-//! one worker for at most the deadline. At most [`PENDING`] connections wait for their head and
-//! [`QUEUE`] for a worker; beyond that a connection is answered 503 and closed at once.
+//! A small HTTP/1.x server for `/metrics` that no client can deny to the others. One thread
+//! serves every connection with poll(2), non-blocking: it reads each request head, answers,
+//! and writes the answer as the client takes it, so no client holds anything another needs.
+//!
+//! - Time: a head must arrive within [`DEADLINE`] of the connect and fit in 8 KiB, and the
+//!   answer must be taken within [`DEADLINE`] of the head; then the connection is closed
+//!   (pipelined requests are never read).
+//! - Number: at most [`MAX_CONNS`] connections are open. A new one beyond that evicts the
+//!   connection that has waited longest for its head, so idle connections cannot keep a scrape
+//!   out: a scraper's head arrives within a millisecond of its connect. Only when every
+//!   connection is being answered is a new one told 503.
+//! - Cost: simultaneous scrapes share one rendering of the page (made at most every
+//!   [`FRESH`]), and the answer's bytes are shared, not copied per client.
+//!
+//! `GET /metrics` is the page, `HEAD /metrics` its headers; other methods there get 405 with
+//! `Allow`, other paths 404, and a request line that is not HTTP 400. Lines may end in CRLF or
+//! bare LF.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Connections served at once.
-pub const WORKERS: usize = 4;
-/// Complete requests waiting for a worker.
-pub const QUEUE: usize = 32;
-/// Connections whose request head is still arriving.
-pub const PENDING: usize = 256;
-/// How long a client has to send its request head, and to take the answer.
+/// Connections open at once (waiting for their head or taking their answer).
+pub const MAX_CONNS: usize = 2048;
+/// How long a client has to send its request head, and then to take the answer.
 pub const DEADLINE: Duration = Duration::from_secs(2);
+/// How long one rendering of the page serves the scrapes that ask for it.
+pub const FRESH: Duration = Duration::from_millis(50);
 /// The largest request head read.
 const MAX_HEAD: usize = 8 * 1024;
 
 /// What the server did, for tests and self-metrics.
 #[derive(Debug, Default)]
 pub struct HttpStats {
+    /// Answers written completely (any status).
     pub served: AtomicU64,
-    /// Connections answered 503 because every worker and queue slot was taken.
+    /// Connections answered 503 because every connection slot was being answered.
     pub refused: AtomicU64,
-    /// Connections closed for missing a deadline, a head too large, or a malformed request.
+    /// Connections closed for missing a deadline, a head too large, closing early, or being
+    /// evicted for a newer one while they had still not sent their head.
     pub dropped: AtomicU64,
+    /// Renderings of the page (fewer than 200 answers when scrapes come together).
+    pub rendered: AtomicU64,
 }
 
 /// The page to serve, made when asked.
@@ -41,7 +53,7 @@ pub type Page = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct HttpServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
     pub stats: Arc<HttpStats>,
 }
 
@@ -50,38 +62,25 @@ impl HttpServer {
     pub fn start(addr: SocketAddr, page: Page) -> std::io::Result<HttpServer> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        raise_fd_limit(MAX_CONNS as u64 * 2);
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(HttpStats::default());
-        let (tx, rx) = sync_channel::<Request>(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
-        let mut threads = Vec::new();
-        for i in 0..WORKERS {
-            let (rx, page, stats, stop) = (rx.clone(), page.clone(), stats.clone(), stop.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("cachescope-http-{i}"))
-                    .spawn(move || work(&rx, &page, &stats, &stop))?,
-            );
-        }
         let (stop2, stats2) = (stop.clone(), stats.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("cachescope-http".into())
-                .spawn(move || accept(listener, tx, &stats2, &stop2))?,
-        );
-        Ok(HttpServer { addr, stop, threads, stats })
+        let thread = std::thread::Builder::new()
+            .name("cachescope-http".into())
+            .spawn(move || Server { listener, page, stats: stats2, conns: Vec::new(), cached: None }.run(&stop2))?;
+        Ok(HttpServer { addr, stop, thread: Some(thread), stats })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Stop accepting and wait for the threads (each notices within 200 ms).
+    /// Stop serving and wait for the thread (it notices within 100 ms).
     pub fn stop(&mut self) {
-        if self.stop.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        for t in self.threads.drain(..) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
@@ -93,160 +92,274 @@ impl Drop for HttpServer {
     }
 }
 
-/// A connection whose request head is still arriving.
-struct Incoming {
-    conn: TcpStream,
-    head: Vec<u8>,
-    deadline: Instant,
-}
-
-fn refuse(mut c: TcpStream, status: &str, why: &str) {
-    let _ = c.set_nonblocking(false);
-    let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
-    let _ = c.write_all(&response(status, why));
-}
-
-fn accept(listener: TcpListener, tx: SyncSender<Request>, stats: &HttpStats, stop: &AtomicBool) {
-    use std::os::fd::AsRawFd;
-    if listener.set_nonblocking(true).is_err() {
+/// Let the process hold `want` descriptors beside what it has, up to the hard limit (the
+/// common soft default, 1024, is below MAX_CONNS plus the collector's own perf events).
+fn raise_fd_limit(want: u64) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
         return;
     }
-    let mut pending: Vec<Incoming> = Vec::new();
-    let mut fds: Vec<libc::pollfd> = Vec::new();
-    let mut buf = [0u8; 2048];
-    while !stop.load(Ordering::Relaxed) {
-        fds.clear();
-        fds.push(libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-        fds.extend(pending.iter().map(|p| libc::pollfd { fd: p.conn.as_raw_fd(), events: libc::POLLIN, revents: 0 }));
-        // SAFETY: `fds` is a valid array of fds.len() pollfds for descriptors that `listener`
-        // and `pending` keep open for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
-        if n < 0 {
-            continue;
-        }
-        let now = Instant::now();
-        // Heads that arrived (or connections that closed); indexes shift by the listener.
-        let mut done = Vec::new();
-        for (i, p) in pending.iter_mut().enumerate() {
-            if fds.get(i + 1).is_none_or(|f| f.revents == 0) {
-                continue;
-            }
-            loop {
-                match p.conn.read(&mut buf) {
-                    Ok(0) => {
-                        done.push((i, false));
-                        break;
-                    }
-                    Ok(k) => {
-                        p.head.extend_from_slice(&buf[..k]);
-                        if p.head.windows(4).any(|w| w == b"\r\n\r\n") || p.head.len() > MAX_HEAD {
-                            done.push((i, true));
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        done.push((i, false));
-                        break;
-                    }
-                }
-            }
-        }
-        for (i, complete) in done.into_iter().rev() {
-            let p = pending.swap_remove(i);
-            if !complete {
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
-            } else if p.head.len() > MAX_HEAD {
-                stats.dropped.fetch_add(1, Ordering::Relaxed);
-                refuse(p.conn, "431 Request Header Fields Too Large", "request head too large\n");
-            } else {
-                let _ = p.conn.set_nonblocking(false);
-                match tx.try_send(Request { conn: p.conn, head: p.head, deadline: p.deadline }) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(r)) => {
-                        stats.refused.fetch_add(1, Ordering::Relaxed);
-                        refuse(r.conn, "503 Service Unavailable", "busy: try again\n");
-                    }
-                    Err(TrySendError::Disconnected(_)) => return,
-                }
-            }
-        }
-        // Those that said too little in time.
-        let before = pending.len();
-        pending.retain(|p| p.deadline > now);
-        stats.dropped.fetch_add((before - pending.len()) as u64, Ordering::Relaxed);
-        // New connections.
-        while let Ok((conn, _)) = listener.accept() {
-            if pending.len() >= PENDING || conn.set_nonblocking(true).is_err() {
-                stats.refused.fetch_add(1, Ordering::Relaxed);
-                refuse(conn, "503 Service Unavailable", "busy: try again\n");
-                continue;
-            }
-            pending.push(Incoming { conn, head: Vec::with_capacity(256), deadline: now + DEADLINE });
-        }
+    let goal = r.rlim_cur.saturating_add(want as libc::rlim_t).min(r.rlim_max);
+    if goal > r.rlim_cur {
+        r.rlim_cur = goal;
+        // SAFETY: setrlimit reads one rlimit we own; a refusal leaves the limit as it was.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
     }
-    // Dropping `tx` ends the workers once the queue is empty.
 }
 
-/// A complete request head and its connection.
-struct Request {
-    conn: TcpStream,
+/// An answer being written: `buf[at..len]` is still to go (a HEAD answer stops at the end of
+/// the headers of the shared page).
+struct Out {
+    buf: Arc<Vec<u8>>,
+    len: usize,
+    at: usize,
+}
+
+struct Conn {
+    stream: TcpStream,
     head: Vec<u8>,
+    out: Option<Out>,
     deadline: Instant,
+    since: Instant,
 }
 
-fn work(rx: &Mutex<Receiver<Request>>, page: &Page, stats: &HttpStats, stop: &AtomicBool) {
-    loop {
-        let next = match rx.lock() {
-            Ok(r) => r.recv_timeout(Duration::from_millis(200)),
-            Err(_) => return,
-        };
-        match next {
-            Ok(c) => {
-                if serve(c, page) {
-                    stats.served.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    stats.dropped.fetch_add(1, Ordering::Relaxed);
+/// A rendering of the page as a whole 200 answer, and where its headers end.
+struct Rendered {
+    at: Instant,
+    answer: Arc<Vec<u8>>,
+    head_len: usize,
+}
+
+struct Server {
+    listener: TcpListener,
+    page: Page,
+    stats: Arc<HttpStats>,
+    conns: Vec<Conn>,
+    cached: Option<Rendered>,
+}
+
+enum Step {
+    Keep,
+    /// Answered completely.
+    Done,
+    /// Closed without a complete answer.
+    Drop,
+}
+
+impl Server {
+    fn run(mut self, stop: &AtomicBool) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            fds.clear();
+            fds.push(libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.extend(self.conns.iter().map(|c| libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: if c.out.is_some() { libc::POLLOUT } else { libc::POLLIN },
+                revents: 0,
+            }));
+            // SAFETY: `fds` is a valid array of fds.len() pollfds for descriptors that the
+            // listener and `self.conns` keep open for the duration of the call.
+            if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) } < 0 {
+                continue;
+            }
+            let now = Instant::now();
+            // Walk backwards so that swap_remove leaves the indexes still to visit in place.
+            for i in (0..self.conns.len()).rev() {
+                let ready = fds.get(i + 1).is_some_and(|f| f.revents != 0);
+                let step = if ready { self.step(i, now) } else { Step::Keep };
+                let step = match step {
+                    Step::Keep if self.conns[i].deadline <= now => Step::Drop,
+                    s => s,
+                };
+                match step {
+                    Step::Keep => {}
+                    Step::Done => {
+                        self.stats.served.fetch_add(1, Ordering::Relaxed);
+                        close(self.conns.swap_remove(i).stream);
+                    }
+                    Step::Drop => {
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        close(self.conns.swap_remove(i).stream);
+                    }
                 }
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.load(Ordering::Relaxed) => {}
-            Err(_) => return,
+            self.accept(now);
+        }
+    }
+
+    fn accept(&mut self, now: Instant) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if self.conns.len() >= MAX_CONNS {
+                // The connection that has waited longest for its head makes room.
+                let oldest = (0..self.conns.len())
+                    .filter(|&i| self.conns[i].out.is_none())
+                    .min_by_key(|&i| (!self.conns[i].head.is_empty(), self.conns[i].since));
+                match oldest {
+                    Some(i) => {
+                        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        close(self.conns.swap_remove(i).stream);
+                    }
+                    None => {
+                        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                        let mut s = stream;
+                        let _ = s.write_all(&response("503 Service Unavailable", "busy: try again\n", ""));
+                        close(s);
+                        continue;
+                    }
+                }
+            }
+            self.conns.push(Conn { stream, head: Vec::new(), out: None, deadline: now + DEADLINE, since: now });
+        }
+    }
+
+    /// Read what arrived, or write what the client can take.
+    fn step(&mut self, i: usize, now: Instant) -> Step {
+        if self.conns[i].out.is_none() {
+            match read_head(&mut self.conns[i]) {
+                Head::More => return Step::Keep,
+                Head::Closed => return Step::Drop,
+                Head::TooLarge => {
+                    let answer = response("431 Request Header Fields Too Large", "request head too large\n", "");
+                    let len = answer.len();
+                    self.conns[i].out = Some(Out { buf: Arc::new(answer), len, at: 0 });
+                }
+                Head::Complete(end) => {
+                    let head = std::mem::take(&mut self.conns[i].head);
+                    let out = self.answer(&head[..end], now);
+                    self.conns[i].out = Some(out);
+                }
+            }
+            self.conns[i].deadline = now + DEADLINE;
+        }
+        write_out(&mut self.conns[i])
+    }
+
+    fn answer(&mut self, head: &[u8], now: Instant) -> Out {
+        let text = String::from_utf8_lossy(head);
+        let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let whole = |v: Vec<u8>| {
+            let len = v.len();
+            Out { buf: Arc::new(v), len, at: 0 }
+        };
+        let [method, target, version] = words[..] else {
+            return whole(response("400 Bad Request", "not an HTTP request line\n", ""));
+        };
+        if !version.starts_with("HTTP/1.") {
+            return whole(response("400 Bad Request", "only HTTP/1.x is served\n", ""));
+        }
+        let path = target.split('?').next().unwrap_or("");
+        let head_only = method == "HEAD";
+        if path != "/metrics" {
+            let mut v = response("404 Not Found", "cachescope: see /metrics\n", "");
+            if head_only {
+                v.truncate(headers_len(&v));
+            }
+            return whole(v);
+        }
+        if method != "GET" && !head_only {
+            return whole(response("405 Method Not Allowed", "GET or HEAD\n", "Allow: GET, HEAD\r\n"));
+        }
+        let r = match self.cached.take().filter(|c| now.duration_since(c.at) < FRESH) {
+            Some(r) => r,
+            None => {
+                self.stats.rendered.fetch_add(1, Ordering::Relaxed);
+                let answer = response("200 OK", &(self.page)(), "");
+                Rendered { at: now, head_len: headers_len(&answer), answer: Arc::new(answer) }
+            }
+        };
+        let len = if head_only { r.head_len } else { r.answer.len() };
+        let out = Out { buf: r.answer.clone(), len, at: 0 };
+        self.cached = Some(r);
+        out
+    }
+}
+
+enum Head {
+    More,
+    Closed,
+    TooLarge,
+    /// The head ends at this offset (its blank line included).
+    Complete(usize),
+}
+
+fn read_head(c: &mut Conn) -> Head {
+    let mut buf = [0u8; 2048];
+    loop {
+        match c.stream.read(&mut buf) {
+            Ok(0) => return Head::Closed,
+            Ok(k) => {
+                let from = c.head.len().saturating_sub(3);
+                c.head.extend_from_slice(&buf[..k]);
+                if let Some(end) = head_end(&c.head, from) {
+                    return Head::Complete(end);
+                }
+                if c.head.len() > MAX_HEAD {
+                    return Head::TooLarge;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Head::More,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Head::Closed,
         }
     }
 }
 
-fn response(status: &str, body: &str) -> Vec<u8> {
+/// The end of a request head: the first empty line after the request line, with CRLF or bare
+/// LF endings (leading empty lines, which RFC 9112 lets a server ignore, are skipped);
+/// searching from `from`.
+fn head_end(h: &[u8], from: usize) -> Option<usize> {
+    let start = h.iter().position(|b| *b != b'\r' && *b != b'\n')?;
+    let from = from.max(start);
+    (from..h.len()).find_map(|i| {
+        if h[i] != b'\n' {
+            return None;
+        }
+        let next = h.get(i + 1)?;
+        match next {
+            b'\n' => Some(i + 2),
+            b'\r' if h.get(i + 2) == Some(&b'\n') => Some(i + 3),
+            _ => None,
+        }
+    })
+}
+
+fn write_out(c: &mut Conn) -> Step {
+    let Some(o) = c.out.as_mut() else { return Step::Keep };
+    while o.at < o.len {
+        match c.stream.write(&o.buf[o.at..o.len]) {
+            Ok(0) => return Step::Drop,
+            Ok(k) => o.at += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Keep,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Step::Drop,
+        }
+    }
+    Step::Done
+}
+
+fn close(s: TcpStream) {
+    let _ = s.shutdown(std::net::Shutdown::Both);
+}
+
+/// Where the headers of an answer made by [`response`] end.
+fn headers_len(answer: &[u8]) -> usize {
+    answer.windows(4).position(|w| w == b"\r\n\r\n").map_or(answer.len(), |p| p + 4)
+}
+
+fn response(status: &str, body: &str, extra: &str) -> Vec<u8> {
     let ct = if status.starts_with("200") { "text/plain; version=0.0.4; charset=utf-8" } else { "text/plain" };
     let mut r = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
     r.extend_from_slice(body.as_bytes());
     r
-}
-
-/// One answer, within the request's deadline (at least 100 ms to write it); false when the
-/// client failed to take it.
-fn serve(r: Request, page: &Page) -> bool {
-    let Request { mut conn, head, deadline } = r;
-    let end = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(head.len());
-    let line = String::from_utf8_lossy(&head[..end]);
-    let mut words = line.lines().next().unwrap_or("").split_whitespace();
-    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let answer = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
-        response("200 OK", &page())
-    } else {
-        response("404 Not Found", "cachescope: see /metrics\n")
-    };
-    // Whatever else it sent (pipelined requests) is never read: the connection closes.
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
-    if conn.set_write_timeout(Some(left)).is_err() {
-        return false;
-    }
-    let ok = conn.write_all(&answer).is_ok();
-    let _ = conn.shutdown(std::net::Shutdown::Both);
-    ok
 }
 
 #[cfg(test)]

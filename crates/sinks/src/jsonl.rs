@@ -1,6 +1,7 @@
 //! JSON lines for scripts: one object per row with the docs/data.md column names; absent values are
 //! `null`, never 0.
 
+use crate::parquet::Provenance;
 use cachescope_engine::row::Row;
 use serde::Serialize;
 use std::io::Write;
@@ -27,10 +28,11 @@ struct Line<'a> {
     llc_misses: Option<u64>,
     cpu_ns: Option<u64>,
     status: &'static str,
+    provenance: &'static str,
 }
 
 /// Write `rows` as JSON lines.
-pub fn write_rows(out: &mut impl Write, host: &str, rows: &[Row]) -> std::io::Result<()> {
+pub fn write_rows(out: &mut impl Write, host: &str, prov: Provenance, rows: &[Row]) -> std::io::Result<()> {
     for r in rows {
         let c = &r.container;
         let line = Line {
@@ -54,6 +56,7 @@ pub fn write_rows(out: &mut impl Write, host: &str, rows: &[Row]) -> std::io::Re
             llc_misses: r.pmu.llc_misses,
             cpu_ns: r.cpu_ns,
             status: r.status.as_str(),
+            provenance: prov.as_str(),
         };
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;

@@ -16,6 +16,8 @@ pub use run_sinks::{RecordOptions, RecordSink, ServeSink};
 pub enum SinkError {
     #[error("{what}: {error}")]
     Io { what: String, error: std::io::Error },
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(std::path::PathBuf),
     #[error("{0}")]
     Parquet(String),
     #[error("encoding rows: {0}")]

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const SCHEMA_VERSION: &str = "2";
+pub const SCHEMA_VERSION: &str = "3";
 const PARTIAL: &str = ".parquet.partial";
 const FOOTER: &str = ".parquet.partial.footer";
 /// A checkpoint footer being written (renamed over FOOTER when complete).
@@ -40,7 +40,7 @@ const TMP: &str = ".parquet.partial.tmp";
 const UTC: &str = "UTC";
 
 /// The docs/data.md schema, column for column (version 2: version 1's columns, then `time`
-/// and `interval_start` as TIMESTAMP(ns, UTC)).
+/// and `interval_start` as TIMESTAMP(ns, UTC); version 3: then `provenance`).
 pub fn schema() -> SchemaRef {
     let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into())), false);
     let i64n = |n: &str| Field::new(n, DataType::Int64, true);
@@ -68,7 +68,34 @@ pub fn schema() -> SchemaRef {
         Field::new("status", DataType::Utf8, false),
         ts("time"),
         ts("interval_start"),
+        Field::new("provenance", DataType::Utf8, false),
     ]))
+}
+
+/// Where a row's values come from, in the `provenance` column: what travels with the rows when
+/// a file is rewritten by a tool that drops the file metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provenance {
+    #[default]
+    Measured,
+    Emulated,
+}
+
+impl Provenance {
+    pub fn of(emulated: bool) -> Provenance {
+        if emulated {
+            Provenance::Emulated
+        } else {
+            Provenance::Measured
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provenance::Measured => "measured",
+            Provenance::Emulated => "emulated",
+        }
+    }
 }
 
 fn i64v(v: Option<u64>) -> Option<i64> {
@@ -76,7 +103,7 @@ fn i64v(v: Option<u64>) -> Option<i64> {
 }
 
 /// Rows to one Arrow batch of [`schema`].
-pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBatch, SinkError> {
+pub fn to_batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Row]) -> Result<RecordBatch, SinkError> {
     let n = rows.len();
     let mut time = Int64Builder::with_capacity(n);
     let mut interval = Int64Builder::with_capacity(n);
@@ -88,7 +115,9 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
     let mut status = StringBuilder::with_capacity(n, n * 2);
     let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
     let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
+    let mut provenance = StringBuilder::with_capacity(n, n * 8);
     for r in rows {
+        provenance.append_value(prov.as_str());
         end.append_value(r.time_ns);
         start.append_value(r.time_ns - r.interval_ns);
         time.append_value(r.time_ns);
@@ -120,6 +149,7 @@ pub fn to_batch(schema: &SchemaRef, host: &str, rows: &[Row]) -> Result<RecordBa
     cols.push(Arc::new(status.finish()));
     cols.push(Arc::new(end.finish()));
     cols.push(Arc::new(start.finish()));
+    cols.push(Arc::new(provenance.finish()));
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
 }
 
@@ -129,6 +159,8 @@ pub struct Options {
     pub host: String,
     /// Written into the file metadata, e.g. `cachescope.backend`.
     pub metadata: Vec<(String, String)>,
+    /// Written into every row (`provenance`).
+    pub provenance: Provenance,
     /// A row group is closed at least this often (a crash loses at most this much) ...
     pub flush_every: Duration,
     /// ... or as soon as this many rows wait (bounds the memory the buffer takes).
@@ -145,6 +177,7 @@ impl Options {
             dir,
             host,
             metadata: Vec::new(),
+            provenance: Provenance::Measured,
             flush_every: Duration::from_secs(5),
             flush_rows: 65_536,
             rotate_every: Duration::from_secs(60),
@@ -258,6 +291,10 @@ impl ParquetSink {
     /// get ready. A directory that cannot be written is an error here, before any sampling.
     pub fn new(opts: Options) -> Result<ParquetSink, SinkError> {
         refuse_pseudo_fs(&opts.dir)?;
+        // create_dir_all on a file (or below one) says only "File exists".
+        if let Some(file) = opts.dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+            return Err(SinkError::NotADirectory(file.to_path_buf()));
+        }
         fs::create_dir_all(&opts.dir).map_err(io(format!("creating {}", opts.dir.display())))?;
         let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
         File::create(&probe).map_err(io(format!("{} is not writable", opts.dir.display())))?;
@@ -334,7 +371,7 @@ impl ParquetSink {
         self.last_flush = now;
         if !self.buffer.is_empty() {
             let rows = std::mem::take(&mut self.buffer);
-            let batch = to_batch(&self.schema, &self.opts.host, &rows)?;
+            let batch = to_batch(&self.schema, &self.opts.host, self.opts.provenance, &rows)?;
             self.pending_bytes += batch.get_array_memory_size();
             self.pending.push_back(batch);
             self.bound_pending();

@@ -39,7 +39,7 @@ pub struct Metrics {
     /// container id → domain → series (nested so an update looks up by &str).
     series: BTreeMap<String, BTreeMap<u32, Series>>,
     pub rmids_in_use: u64,
-    pub rmids_limbo: u64,
+    pub rmids_limbo: Option<u64>,
     pub containers_unmonitored: u64,
     lateness_buckets: [u64; LATENESS_BUCKETS.len()],
     lateness_count: u64,
@@ -214,14 +214,16 @@ impl Metrics {
             }
         }
         for (name, help, v) in [
-            ("cachescope_rmids_in_use", "RMIDs held by monitored containers.", self.rmids_in_use),
+            ("cachescope_rmids_in_use", "RMIDs held by monitored containers.", Some(self.rmids_in_use)),
+            // Absent where the backend cannot tell (resctrl): unknown is not 0.
             ("cachescope_rmids_limbo", "Freed RMIDs waiting for their cache lines to decay.", self.rmids_limbo),
             (
                 "cachescope_containers_unmonitored",
                 "Containers without an RMID (reported as no_rmid).",
-                self.containers_unmonitored,
+                Some(self.containers_unmonitored),
             ),
         ] {
+            let Some(v) = v else { continue };
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
         let h = "cachescope_sample_lateness_seconds";

@@ -79,8 +79,25 @@ pub struct Recording {
     /// Each metadata key with the values the files gave it (one, unless runs were mixed).
     pub metadata: BTreeMap<String, BTreeSet<String>>,
     pub hosts: BTreeSet<String>,
+    /// Where the files' values come from, one entry per kind seen: `measured`, `emulated`, or
+    /// `unknown` (neither the rows' `provenance` nor cachescope's metadata says).
+    pub provenance: BTreeSet<String>,
     /// Files read.
     pub files: usize,
+}
+
+/// A file's provenance: its metadata's word where it has cachescope's metadata (schema 1 and
+/// 2 have no `provenance` column), else its rows'.
+fn provenance_of(kv: &[parquet::file::metadata::KeyValue], rows: &BTreeSet<String>) -> BTreeSet<String> {
+    let has = |k: &str| kv.iter().any(|x| x.key == k);
+    if has("cachescope.emulated") {
+        return BTreeSet::from(["emulated".to_string()]);
+    }
+    if !rows.is_empty() {
+        return rows.clone();
+    }
+    let word = if has("cachescope.schema_version") { "measured" } else { "unknown" };
+    BTreeSet::from([word.to_string()])
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -189,6 +206,8 @@ pub struct FileInfo {
     /// Each metadata key with the values the files gave it (one, unless runs were mixed).
     pub metadata: BTreeMap<String, BTreeSet<String>>,
     pub hosts: BTreeSet<String>,
+    /// As [`Recording::provenance`].
+    pub provenance: BTreeSet<String>,
     /// Files read.
     pub files: usize,
 }
@@ -213,9 +232,17 @@ fn read_file(
     let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
     let reader = builder.build().map_err(|e| ctx(&e))?;
     let mut bad = 0;
+    let mut said = BTreeSet::new();
     for batch in reader {
         let b = batch.map_err(|e| ctx(&e))?;
         let named = |e: SinkError| ctx(&e);
+        if let Ok(p) = strings(&b, "provenance") {
+            for i in [0, b.num_rows().saturating_sub(1)].into_iter().filter(|i| *i < b.num_rows()) {
+                if let Some(v) = text(p, i).filter(|v| !said.contains(*v)) {
+                    said.insert(v.to_string());
+                }
+            }
+        }
         let (ids, names, status) = (
             strings(&b, "container_id").map_err(named)?,
             strings(&b, "container_name").map_err(named)?,
@@ -263,6 +290,7 @@ fn read_file(
         }
     }
     // Only a file that could be read contributes what it says of itself.
+    info.provenance.extend(provenance_of(&kv, &said));
     for k in kv {
         if let Some(v) = k.value {
             info.metadata.entry(k.key).or_default().insert(v);
@@ -407,7 +435,8 @@ pub fn load(files: &[PathBuf]) -> Result<(Recording, Vec<String>), SinkError> {
         }
         c.points.push(p.clone());
     })?;
-    Ok((Recording { containers, metadata: info.metadata, hosts: info.hosts, files: info.files }, problems))
+    let (metadata, hosts, provenance, files) = (info.metadata, info.hosts, info.provenance, info.files);
+    Ok((Recording { containers, metadata, hosts, provenance, files }, problems))
 }
 
 /// One container's summary, built row by row in time order: its occupancy over domains

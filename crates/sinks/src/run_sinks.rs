@@ -30,6 +30,8 @@ pub struct RecordOptions {
     pub upscale: u64,
     /// `cachescope.*` key-value pairs.
     pub metadata: Vec<(String, String)>,
+    /// Every row's `provenance`.
+    pub provenance: crate::parquet::Provenance,
 }
 
 impl RecordOptions {
@@ -59,6 +61,7 @@ impl RecordOptions {
             rotate_bytes: 256 << 20,
             upscale: b.upscale,
             metadata,
+            provenance: crate::parquet::Provenance::of(b.emulated.is_some()),
         }
     }
 }
@@ -79,6 +82,7 @@ impl RecordSink {
         p.rotate_every = o.rotate_every;
         p.rotate_bytes = o.rotate_bytes;
         p.metadata = o.metadata;
+        p.provenance = o.provenance;
         p.metadata.push((
             "cachescope.sparse".into(),
             "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),
@@ -172,6 +176,11 @@ impl ServeSink {
         let page: crate::http::Page = Arc::new(move || m2.lock().map(|m| m.render()).unwrap_or_default());
         let server = HttpServer::start(listen, page).map_err(|e| format!("--listen {listen}: {e}"))?;
         Ok(ServeSink { metrics, server })
+    }
+
+    /// The address bound (the port the kernel chose for `:0`).
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
     }
 
     fn with(&self, f: impl FnOnce(&mut Metrics)) {

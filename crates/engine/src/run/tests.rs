@@ -102,7 +102,7 @@ impl CacheBackend for Fake {
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts {
-        SlotCounts { in_use: self.attached.len() as u64, limbo: self.limbo.len() as u64 }
+        SlotCounts { in_use: self.attached.len() as u64, limbo: Some(self.limbo.len() as u64) }
     }
     fn shutdown(&mut self) -> Result<Vec<String>, String> {
         Ok(vec!["fake shut down".into()])

@@ -53,7 +53,7 @@ fn writes_schema_metadata_and_nulls() {
     assert_eq!(files.len(), 1);
     assert!(partial.is_empty());
     let md = report::file_metadata(&files[0]).expect("metadata");
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("2"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("3"));
     assert_eq!(md.get("cachescope.backend").map(String::as_str), Some("emulated"));
     let batches = read_all(&files);
     let b = &batches[0];
@@ -119,7 +119,7 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert_eq!(total, 8, "both flushed row groups survive");
     assert_eq!(
         report::file_metadata(&recovered[0]).expect("md").get("cachescope.schema_version").map(String::as_str),
-        Some("2")
+        Some("3")
     );
     // A partial file without any complete row group is removed.
     let mut s = ParquetSink::new(opts(dir.path())).expect("sink");
