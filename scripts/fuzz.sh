@@ -9,10 +9,12 @@ set -euo pipefail
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(cpuid_vector scenario cgroup_path kernel_text report_parquet)
+[ ${#targets[@]} -gt 0 ] || targets=(cpuid_vector scenario cgroup_path kernel_text report_parquet http_head kmod_records)
 cd "$(dirname "$0")/.."
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "fuzz: skipped: no nightly toolchain (libFuzzer's instrumentation needs it)"
+  # Where every tier must run (CI), a fuzz run that cannot happen is a failure.
+  [ "${CACHESCOPE_REQUIRE_ALL:-}" = 1 ] && exit 1
   exit 0
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2

@@ -170,3 +170,65 @@ pub fn report_parquet(data: &[u8]) {
     let _ = cachescope_sinks::report::file_metadata(&path);
     let _ = std::fs::remove_file(&path);
 }
+
+/// A request head as a client sends it to /metrics: where it ends and what it asks for, for
+/// every prefix the server might have read when it looked.
+pub fn http_head(data: &[u8]) {
+    for cut in [data.len() / 3, data.len() / 2, data.len()] {
+        let part = &data[..cut];
+        if let Some(end) = cachescope_sinks::http::head_end(part, 0) {
+            assert!(end <= part.len(), "a head ends inside what was read");
+            let _ = cachescope_sinks::http::route(&part[..end]);
+        }
+    }
+    let _ = cachescope_sinks::http::route(data);
+}
+
+/// What the kernel module's device gives user space: any bytes, read as its records, through
+/// the kmod backend (against a module faked in user space) and the engine's derivation, for
+/// three attached containers. The first byte sets the counter width; records are pointed at
+/// the attached cgroups and the two domains unless its top bit is set.
+pub fn kmod_records(data: &[u8]) {
+    use cachescope_kmod::abi::{Record, RECORD_SIZE};
+    use cachescope_kmod::fake::FakeKernel;
+    let Some((&params, rest)) = data.split_first() else { return };
+    let k = FakeKernel::new(&[0, 1], 8, 24 + u32::from(params & 0x1f), 64);
+    let Ok(mut b) = cachescope_kmod::KmodBackend::new(Box::new(k.clone()), &cachescope_kmod::rules(&[]), String::new())
+    else {
+        return;
+    };
+    b.origin(Duration::ZERO);
+    let (width, unit) = (b.info().mbm_width, b.info().mbm_unit);
+    let mut derive = cachescope_engine::derive::Derive::new(width, unit, 0);
+    for cgid in 1..=3u64 {
+        let c = Container {
+            meta: ContainerMeta::named(&format!("c{cgid}")),
+            cgroup_id: Some(cgid),
+            dir: Some(PathBuf::from(format!("/sys/fs/cgroup/c{cgid}"))),
+            cpus: None,
+        };
+        let _ = b.attach(&c, &NoSource, Duration::ZERO);
+    }
+    let mut raw = Vec::new();
+    let mut drain = |b: &mut cachescope_kmod::KmodBackend, step: u64| {
+        raw.clear();
+        if b.collect(Duration::from_millis(step), &|_| true, &mut raw).is_ok() {
+            for s in raw.drain(..) {
+                let _ = derive.row(s, Duration::from_millis(1));
+            }
+        }
+    };
+    for (i, chunk) in rest.chunks_exact(RECORD_SIZE).enumerate() {
+        let Ok(bytes) = <&[u8; RECORD_SIZE]>::try_from(chunk) else { continue };
+        let mut r = Record::parse(bytes);
+        if params & 0x80 == 0 {
+            r.cgroup_id = 1 + r.cgroup_id % 4;
+            r.domain %= 2;
+        }
+        k.push(r);
+        if i % 8 == 7 {
+            drain(&mut b, i as u64);
+        }
+    }
+    drain(&mut b, u64::MAX / 2);
+}

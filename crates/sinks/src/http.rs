@@ -239,31 +239,24 @@ impl Server {
     }
 
     fn answer(&mut self, head: &[u8], now: Instant) -> Out {
-        let text = String::from_utf8_lossy(head);
-        let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        let words: Vec<&str> = line.split_whitespace().collect();
         let whole = |v: Vec<u8>| {
             let len = v.len();
             Out { buf: Arc::new(v), len, at: 0 }
         };
-        let [method, target, version] = words[..] else {
-            return whole(response("400 Bad Request", "not an HTTP request line\n", ""));
-        };
-        if !version.starts_with("HTTP/1.") {
-            return whole(response("400 Bad Request", "only HTTP/1.x is served\n", ""));
-        }
-        let path = target.split('?').next().unwrap_or("");
-        let head_only = method == "HEAD";
-        if path != "/metrics" {
-            let mut v = response("404 Not Found", "cachescope: see /metrics\n", "");
-            if head_only {
-                v.truncate(headers_len(&v));
+        let head_only = match route(head) {
+            Route::Page { head_only } => head_only,
+            Route::NotFound { head_only } => {
+                let mut v = response("404 Not Found", "cachescope: see /metrics\n", "");
+                if head_only {
+                    v.truncate(headers_len(&v));
+                }
+                return whole(v);
             }
-            return whole(v);
-        }
-        if method != "GET" && !head_only {
-            return whole(response("405 Method Not Allowed", "GET or HEAD\n", "Allow: GET, HEAD\r\n"));
-        }
+            Route::MethodNotAllowed => {
+                return whole(response("405 Method Not Allowed", "GET or HEAD\n", "Allow: GET, HEAD\r\n"))
+            }
+            Route::BadRequest(why) => return whole(response("400 Bad Request", why, "")),
+        };
         let r = match self.cached.take().filter(|c| now.duration_since(c.at) < FRESH) {
             Some(r) => r,
             None => {
@@ -277,6 +270,40 @@ impl Server {
         self.cached = Some(r);
         out
     }
+}
+
+/// What a request head asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// /metrics: the page (GET), or its headers only (HEAD).
+    Page { head_only: bool },
+    NotFound { head_only: bool },
+    /// /metrics with a method other than GET or HEAD.
+    MethodNotAllowed,
+    /// Not an HTTP/1.x request line: why.
+    BadRequest(&'static str),
+}
+
+/// Route a request head (its bytes up to the blank line; anything a client sent).
+pub fn route(head: &[u8]) -> Route {
+    let text = String::from_utf8_lossy(head);
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let [method, target, version] = words[..] else {
+        return Route::BadRequest("not an HTTP request line\n");
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Route::BadRequest("only HTTP/1.x is served\n");
+    }
+    let path = target.split('?').next().unwrap_or("");
+    let head_only = method == "HEAD";
+    if path != "/metrics" {
+        return Route::NotFound { head_only };
+    }
+    if method != "GET" && !head_only {
+        return Route::MethodNotAllowed;
+    }
+    Route::Page { head_only }
 }
 
 enum Head {
@@ -312,7 +339,7 @@ fn read_head(c: &mut Conn) -> Head {
 /// The end of a request head: the first empty line after the request line, with CRLF or bare
 /// LF endings (leading empty lines, which RFC 9112 lets a server ignore, are skipped);
 /// searching from `from`.
-fn head_end(h: &[u8], from: usize) -> Option<usize> {
+pub fn head_end(h: &[u8], from: usize) -> Option<usize> {
     let start = h.iter().position(|b| *b != b'\r' && *b != b'\n')?;
     let from = from.max(start);
     (from..h.len()).find_map(|i| {
