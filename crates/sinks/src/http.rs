@@ -276,8 +276,12 @@ impl Server {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// /metrics: the page (GET), or its headers only (HEAD).
-    Page { head_only: bool },
-    NotFound { head_only: bool },
+    Page {
+        head_only: bool,
+    },
+    NotFound {
+        head_only: bool,
+    },
     /// /metrics with a method other than GET or HEAD.
     MethodNotAllowed,
     /// Not an HTTP/1.x request line: why.
