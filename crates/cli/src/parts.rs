@@ -623,7 +623,10 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
         }
         Some(t) => {
             use std::io::IsTerminal;
-            if t == Terminal::View && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
+            // A terminal that cannot place the cursor (TERM=dumb, or none named) gets the
+            // plain tables.
+            let capable = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
+            if t == Terminal::View && capable && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
                 v.push(Box::new(Live::start(host.clone()).map_err(CliError::unavailable)?));
             } else {
                 v.push(Box::new(Table::default()));

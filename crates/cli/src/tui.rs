@@ -310,7 +310,15 @@ impl Col {
     }
 }
 
-/// The columns that fit `width`, the name column taking what is left (at least 16).
+/// The narrowest the name column gets before a column is dropped.
+const MIN_NAME: u16 = 10;
+/// Columns in the order they are dropped when the terminal is too narrow for all of them:
+/// the name and the occupancy stay to the end.
+const DROP_FIRST: [Col; 8] =
+    [Col::Domain, Col::Rmid, Col::Local, Col::Mpki, Col::Ipc, Col::LlcPct, Col::Status, Col::Mbm];
+
+/// The columns that fit `width` whole, the name column taking what is left (at least
+/// [`MIN_NAME`], at most 64); none where even the name and the occupancy do not fit.
 pub fn columns(width: u16) -> (Vec<Col>, u16) {
     let all: &[Col] = if width >= 100 {
         &[
@@ -328,8 +336,20 @@ pub fn columns(width: u16) -> (Vec<Col>, u16) {
     } else {
         &[Col::Name, Col::Status, Col::LlcMib, Col::LlcPct, Col::Mbm, Col::Ipc, Col::Mpki]
     };
-    let fixed: u16 = all.iter().map(|c| c.width() + 1).sum();
-    (all.to_vec(), width.saturating_sub(fixed).clamp(16, 64))
+    let mut cols = all.to_vec();
+    // Each fixed column takes its width and a space before the next.
+    let fixed = |cols: &[Col]| -> u16 { cols.iter().filter(|c| **c != Col::Name).map(|c| c.width() + 1).sum() };
+    for drop in DROP_FIRST {
+        if fixed(&cols) + MIN_NAME <= width {
+            break;
+        }
+        cols.retain(|c| *c != drop);
+    }
+    if fixed(&cols) + MIN_NAME > width {
+        return (Vec::new(), 0);
+    }
+    let name = (width - fixed(&cols)).min(64);
+    (cols, name)
 }
 
 /// The lines of the table: containers (folded), or each followed by its domains.
@@ -421,8 +441,10 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
     }
     let keys = if width >= 100 {
         format!("sorted by {} · ? help · / filter · d domains · ↑↓ scroll · q quit", st.key.name())
-    } else {
+    } else if width >= 60 {
         format!("by {} · ? help · / filter · d domains · q quit", st.key.name())
+    } else {
+        "? help · q quit".to_string()
     };
     let keys = Line::from(keys).style(Style::default().add_modifier(Modifier::DIM));
     // Long lines wrap: the header takes the rows they wrap to.
@@ -439,6 +461,13 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
     f.render_widget(Paragraph::new(keys), help);
 
     let (cols, name_w) = columns(width);
+    if cols.is_empty() {
+        // Narrower than a name and a number: say so rather than show cut values.
+        let need = MIN_NAME + Col::LlcMib.width() + 1;
+        let say = format!("too narrow: {need} columns needed");
+        f.render_widget(Paragraph::new(say).wrap(Wrap { trim: false }), body);
+        return;
+    }
     let (all_lines, shown, all) = lines(rows, st);
     let visible = body.height.saturating_sub(1) as usize;
     st.page = visible;
@@ -494,6 +523,10 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
             crate::view::printable(&st.filter),
             if st.editing { "▏" } else { "" }
         ));
+    }
+    // A narrow terminal loses whole parts of the status line, the line count first.
+    while status.len() > 1 && status.join(" · ").chars().count() > usize::from(width) {
+        status.remove(0);
     }
     f.render_widget(Paragraph::new(status.join(" · ")).style(Style::default().add_modifier(Modifier::BOLD)), foot);
 
@@ -608,6 +641,37 @@ mod tests {
             assert!(last.contains(" more ↓") && last.contains("of 40"), "{width}: {last}");
             assert!(s.iter().all(|l| l.chars().count() == width as usize));
         }
+    }
+
+    #[test]
+    fn narrow_terminals_drop_columns_never_cut_them() {
+        let fr = frame(40);
+        for width in [20u16, 30, 45, 60, 80] {
+            let mut st = State::default();
+            let s = screen(width, 24, &fr, &mut st);
+            let all = s.join("\n");
+            let (cols, name_w) = columns(width);
+            assert!(cols.contains(&Col::Name) && cols.contains(&Col::LlcMib), "{width}: {cols:?}");
+            let head = s.iter().find(|l| l.starts_with("CONTAINER")).unwrap_or_else(|| panic!("{width}: {all}"));
+            for c in &cols {
+                assert!(head.contains(c.title()), "{width}: header {} cut: {head}", c.title());
+            }
+            // Every number of the biggest container's line, whole.
+            let line = s.iter().find(|l| l.starts_with("3f2a")).unwrap_or_else(|| panic!("{width}: {all}"));
+            let r = &fr.rows[0];
+            for c in cols.iter().filter(|c| **c != Col::Name) {
+                let v = c.cell(r, name_w as usize);
+                assert!(line.contains(&format!(" {v}")), "{width}: {} {v:?} cut: {line}", c.title());
+            }
+            assert!(s.iter().all(|l| l.chars().count() == width as usize));
+            assert!(!s.last().unwrap().ends_with('·'), "{width}: {}", s.last().unwrap());
+        }
+        // Narrower than a name and a number: a notice, no table.
+        let mut st = State::default();
+        let s = screen(15, 24, &fr, &mut st);
+        assert!(columns(15).0.is_empty());
+        assert!(!s.iter().any(|l| l.starts_with("CONTAINER")), "{s:#?}");
+        assert!(s.join("").contains("too narrow: 19"), "{s:#?}");
     }
 
     #[test]

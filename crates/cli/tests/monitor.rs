@@ -331,6 +331,77 @@ fn live_view_in_tmux_at_three_widths() {
     }
 }
 
+/// Narrow terminals in tmux: columns are dropped whole (least needed first), never cut: the
+/// name and the occupancy at 20 columns, the bandwidth from 30, the status from 45.
+#[test]
+fn live_view_in_tmux_at_narrow_widths() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        return cachescope_testkit::skip("no tmux (scripts/setup.sh installs it)");
+    }
+    let tmux = |args: &[&str]| {
+        let out = Command::new("tmux").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let all = ["STATUS", "LLC MiB", "LLC %", "MBM MB/s", "IPC", "MPKI"];
+    for (width, shown) in [
+        (20usize, &["LLC MiB▼"][..]),
+        (30, &["LLC MiB▼", "MBM MB/s"][..]),
+        (45, &["STATUS", "LLC MiB▼", "MBM MB/s"][..]),
+    ] {
+        let session = format!("cachescope-narrow-{}-{width}", std::process::id());
+        let cmd = format!("{} monitor --scenario {} --duration 30s", env!("CARGO_BIN_EXE_cachescope"), scenario());
+        tmux(&["new-session", "-d", "-s", &session, "-x", &width.to_string(), "-y", "30", &cmd]);
+        std::thread::sleep(std::time::Duration::from_millis(2000));
+        let s = tmux(&["capture-pane", "-p", "-t", &session]);
+        tmux(&["kill-session", "-t", &session]);
+        let head = s.lines().find(|l| l.starts_with("CONTAINER")).unwrap_or_else(|| panic!("{width}:\n{s}"));
+        for t in shown {
+            assert!(head.contains(t), "{width}: '{t}' in {head}");
+        }
+        for t in all.iter().filter(|t| !shown.iter().any(|s| s.starts_with(**t))) {
+            assert!(!head.contains(t), "{width}: '{t}' should be dropped: {head}");
+        }
+        // Values whole: every occupancy cell a number with two decimals (or "-").
+        let rows: Vec<&str> = s
+            .lines()
+            .skip_while(|l| !l.starts_with("CONTAINER"))
+            .skip(1)
+            .filter(|l| !l.trim().is_empty() && !l.contains('↓') && !l.contains('·') && !l.starts_with("lines "))
+            .take(3)
+            .collect();
+        assert!(!rows.is_empty(), "{width}: no container line\n{s}");
+        for r in &rows {
+            let words: Vec<&str> = r.split_whitespace().collect();
+            assert!(
+                words
+                    .iter()
+                    .any(|w| *w == "-" || w.split_once('.').is_some_and(|(a, b)| !a.is_empty() && b.len() == 2)),
+                "{width}: a number cut in {r:?}\n{s}"
+            );
+        }
+        assert!(s.lines().all(|l| l.chars().count() <= width), "{width}: wider than the terminal\n{s}");
+    }
+}
+
+/// TERM=dumb (or none) cannot place a cursor: `monitor` prints the plain tables instead of
+/// taking the screen, even on a terminal.
+#[test]
+fn term_dumb_gets_the_plain_tables() {
+    if Command::new("script").arg("--version").output().is_err() {
+        return cachescope_testkit::skip("no `script` (util-linux) to provide a pseudo-terminal");
+    }
+    let cmd = format!(
+        "stty cols 120 rows 30; exec {} monitor --scenario {} --duration 2s",
+        env!("CARGO_BIN_EXE_cachescope"),
+        scenario()
+    );
+    let out = Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("TERM", "dumb").output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(!screen.contains("\x1b[?1049h"), "no alternate screen: {screen}");
+    assert!(screen.contains("CONTAINER") && screen.contains("backend=emulated"), "{screen}");
+}
+
 /// A vector whose leaf 0xF.1 holds `ecx` (max RMID) and `ebx` (upscale factor).
 fn hostile_vector(dir: &Path, ecx: u32, ebx: u32) -> String {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cpuid/intel-xeon-platinum-8160.json");
