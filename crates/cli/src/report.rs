@@ -2,8 +2,9 @@
 //! say: the run's facts, noisy-neighbour episodes, per-container summaries, and charts.
 
 use crate::CliError;
+use cachescope_report::text::table;
 use cachescope_report::{analyze_files, html};
-use cachescope_sinks::report::{files, table};
+use cachescope_sinks::report::files;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]

@@ -5,6 +5,7 @@
 pub mod episodes;
 pub mod html;
 pub mod svg;
+pub mod text;
 pub mod timeline;
 
 use cachescope_sinks::report::{finish_all, span, stream, FileInfo, Point, Recording, Summary, SummaryAcc};

@@ -223,8 +223,10 @@ impl Metrics {
                 Some(self.containers_unmonitored),
             ),
         ] {
-            let Some(v) = v else { continue };
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            if let Some(v) = v {
+                let _ = writeln!(o, "{name} {v}");
+            }
         }
         let h = "cachescope_sample_lateness_seconds";
         let _ = writeln!(o, "# HELP {h} How late each sampling tick ran after its deadline.\n# TYPE {h} histogram");

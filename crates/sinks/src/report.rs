@@ -391,7 +391,11 @@ pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkE
 
 /// The summaries of every accumulated container, sorted by p99 occupancy (highest first);
 /// containers whose rows came out of time order are named in `problems`.
+/// How often a sparse recording writes a row of every live series (docs/data.md).
+const KEYFRAME_NS: i64 = 1_000_000_000;
+
 pub fn finish_all(accs: BTreeMap<String, SummaryAcc>, problems: &mut Vec<String>) -> Vec<Summary> {
+    let end = accs.values().filter_map(|a| a.last).max();
     let mut out: Vec<Summary> = accs
         .into_iter()
         .map(|(id, a)| {
@@ -401,7 +405,7 @@ pub fn finish_all(accs: BTreeMap<String, SummaryAcc>, problems: &mut Vec<String>
                     a.out_of_order
                 ));
             }
-            a.finish(id)
+            a.finish(id, end)
         })
         .collect();
     out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
@@ -466,6 +470,8 @@ pub struct SummaryAcc {
     middle_max: Option<i64>,
     seconds: u64,
     pub out_of_order: u64,
+    /// Its series ended with a `stopped` row (else it ran to the end of the recording).
+    stopped: bool,
 }
 
 impl SummaryAcc {
@@ -474,8 +480,12 @@ impl SummaryAcc {
             self.name = name.map(String::from);
         }
         if p.stopped {
+            // Its life ends here, however long ago its last sparse row was.
+            self.last = Some(self.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
+            self.stopped = true;
             return;
         }
+        self.stopped = false;
         match self.t {
             Some(t) if p.time_ns > t => {
                 self.hold(p.time_ns - t);
@@ -542,9 +552,18 @@ impl SummaryAcc {
         self.hist.keys().last().copied()
     }
 
-    pub fn finish(mut self, id: String) -> Summary {
+    /// The summary; `end`: the end of the recording. Rows are sparse: a series that was still
+    /// running there (a keyframe row within the last second) lasts to it, though an idle
+    /// container's last row may be a keyframe a second before; one whose rows stopped long
+    /// before without a `stopped` row (a crash, another run) ends at its last row.
+    pub fn finish(mut self, id: String, end: Option<i64>) -> Summary {
         if self.t.is_some() {
             self.hold(self.t_interval.max(1));
+        }
+        if let (false, Some(last), Some(end)) = (self.stopped, self.last, end) {
+            if end > last && end - last <= KEYFRAME_NS + 2 * self.t_interval.max(0) {
+                self.last = Some(end);
+            }
         }
         let (first, last) = (self.first.unwrap_or(0), self.last.unwrap_or(0));
         let seconds = (last - first).max(0) as f64 / 1e9;
@@ -576,61 +595,6 @@ impl SummaryAcc {
             no_rmid_share: if self.held_total > 0 { self.held_no_rmid as f64 / self.held_total as f64 } else { 0.0 },
         }
     }
-}
-
-/// The summaries as a plain table.
-pub fn table(rows: &[Summary]) -> String {
-    use std::fmt::Write;
-    let mib = |v: Option<u64>| v.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
-    let mbs = |v: Option<f64>| v.map_or("-".into(), |b| format!("{:.1}", b / 1e6));
-    let f2 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{:<28} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7}",
-        "CONTAINER",
-        "SECONDS",
-        "SAMPLES",
-        "OCC_P50",
-        "OCC_P99",
-        "OCC_MAX",
-        "MBM_MEAN",
-        "MBM_PEAK",
-        "IPC",
-        "MPKI",
-        "NO_RMID"
-    );
-    let _ = writeln!(
-        o,
-        "{:<28} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7}",
-        "", "", "", "MiB", "MiB", "MiB", "MB/s", "MB/s", "", "", "%"
-    );
-    for s in rows {
-        // Names come from cgroup paths and runtimes: control characters are shown escaped.
-        let label: String = s
-            .container_name
-            .as_deref()
-            .unwrap_or(&s.container_id)
-            .chars()
-            .flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] })
-            .collect();
-        let _ = writeln!(
-            o,
-            "{:<28} {:>8.1} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7.1}",
-            label,
-            s.seconds,
-            s.samples,
-            mib(s.occupancy_p50_bytes),
-            mib(s.occupancy_p99_bytes),
-            mib(s.occupancy_max_bytes),
-            mbs(s.mbm_total_mean_bytes_per_sec),
-            mbs(s.mbm_total_peak_bytes_per_sec),
-            f2(s.ipc),
-            f2(s.llc_mpki),
-            s.no_rmid_share * 100.0
-        );
-    }
-    o
 }
 
 #[cfg(test)]

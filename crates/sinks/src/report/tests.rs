@@ -70,8 +70,6 @@ fn summaries_weight_sparse_rows_by_time() {
     assert!(b.samples < 20, "{}", b.samples);
     assert!((b.no_rmid_share - 1.0 / 3.0).abs() < 0.02, "{}", b.no_rmid_share);
     assert_eq!(b.occupancy_p99_bytes, Some(4096 * 16));
-    let t = table(&s);
-    assert!(t.lines().count() == 4 && t.contains("100.0"), "{t}");
 }
 
 /// A directory with a good file, a file that is not Parquet, and a hand-made file with
@@ -116,4 +114,36 @@ fn bad_files_are_named_and_impossible_rows_skipped() {
     // Nothing readable at all is an error that names the file.
     let e = summarize(&[dir.path().join("zz-broken.parquet")]).unwrap_err().to_string();
     assert!(e.contains("zz-broken.parquet"), "{e}");
+}
+
+/// An idle container's last sparse row is a keyframe up to a second before the recording
+/// ends; it ran to the end all the same (no `stopped` row), and SECONDS says so.
+#[test]
+fn an_idle_container_lasts_to_the_end_of_the_recording() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sink = ParquetSink::new(Options::new(dir.path().to_path_buf(), "h".into())).expect("sink");
+    let mut sparse = Sparse::new(65536, 1_000_000_000);
+    let (busy, idle) = (ContainerMeta::named("busy"), ContainerMeta::named("idle"));
+    for k in 1..=290i64 {
+        let mk = |c: &std::sync::Arc<ContainerMeta>, mbm| Row {
+            time_ns: T0 + k * 10_000_000,
+            interval_ns: 10_000_000,
+            container: c.clone(),
+            domain: 0,
+            rmid: None,
+            llc_occupancy_bytes: Some(1 << 20),
+            mbm_total_bytes: mbm,
+            mbm_local_bytes: None,
+            pmu: Pmu::default(),
+            cpu_ns: None,
+            status: Status::Ok,
+        };
+        sink.push(sparse.filter(vec![mk(&busy, Some(1_000_000)), mk(&idle, Some(0))]));
+    }
+    sink.close().expect("close");
+    let (f, _) = files(&[dir.path().to_path_buf()]).expect("files");
+    let (s, _) = summarize(&f).expect("summarize");
+    let seconds = |id: &str| s.iter().find(|x| x.container_id == id).expect(id).seconds;
+    assert!((seconds("busy") - 2.9).abs() < 1e-9, "{}", seconds("busy"));
+    assert!((seconds("idle") - 2.9).abs() < 1e-9, "idle ran to the end: {}", seconds("idle"));
 }
