@@ -613,7 +613,12 @@ fn resctrl_info(mut i: BackendInfo, upscale: u32) -> BackendInfo {
 
 /// Open every output asked for (fails early: an unwritable directory or a port in use is
 /// bad input, exit 2).
-fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn Sink>>, CliError> {
+fn sinks(
+    outs: &Outputs,
+    b: &Built,
+    print_every: Duration,
+    rotate: &Arc<AtomicBool>,
+) -> Result<Vec<Box<dyn Sink>>, CliError> {
     let mut v: Vec<Box<dyn Sink>> = Vec::new();
     let host = terminal::hostname();
     match outs.terminal {
@@ -642,7 +647,12 @@ fn sinks(outs: &Outputs, b: &Built, print_every: Duration) -> Result<Vec<Box<dyn
             ("cachescope.containers".into(), b.containers.describe()),
         ];
         let o = RecordOptions::for_run(dir.clone(), host, i, &extra);
-        let o = RecordOptions { rotate_every: *rotate_every, rotate_bytes: *rotate_bytes, ..o };
+        let o = RecordOptions {
+            rotate_every: *rotate_every,
+            rotate_bytes: *rotate_bytes,
+            rotate_now: Some(rotate.clone()),
+            ..o
+        };
         record = Some(RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?);
     }
     // Without a terminal view (record, serve): progress lines on stderr.
@@ -667,9 +677,18 @@ const KERNEL_BATCH: Duration = Duration::from_millis(100);
 
 pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     let stop = Arc::new(AtomicBool::new(false));
+    let handler = |e: std::io::Error| CliError::unavailable(format!("signal handler: {e}"));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| CliError::unavailable(format!("signal handler: {e}")))?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(handler)?;
+    }
+    // SIGHUP finishes the file being filled and goes on (logrotate's convention); SIGUSR1 and
+    // SIGUSR2, whose default is to end the process, are taken and ignored: no stray signal
+    // costs a recording.
+    let rotate = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, rotate.clone()).map_err(handler)?;
+    let ignored = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2] {
+        signal_hook::flag::register(sig, ignored.clone()).map_err(handler)?;
     }
     let b = build(args)?;
     if let Some(d) = args.duration.filter(|d| *d < b.interval) {
@@ -678,7 +697,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
             b.interval
         )));
     }
-    let sinks = sinks(outs, &b, args.print_every)?;
+    let sinks = sinks(outs, &b, args.print_every, &rotate)?;
     let opts = cachescope_engine::Options {
         interval: b.interval,
         batch: if b.backend.info().sampling == Sampling::Kernel { KERNEL_BATCH } else { BATCH },

@@ -18,6 +18,9 @@ pub enum SinkError {
     Io { what: String, error: std::io::Error },
     #[error("{} is not a directory", .0.display())]
     NotADirectory(std::path::PathBuf),
+    /// Another writer holds the directory's lock.
+    #[error("another cachescope{} records into {}; one writer per directory", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default(), .dir.display())]
+    Busy { dir: std::path::PathBuf, pid: Option<u32> },
     #[error("{0}")]
     Parquet(String),
     #[error("encoding rows: {0}")]

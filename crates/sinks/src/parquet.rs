@@ -169,6 +169,9 @@ pub struct Options {
     pub rotate_bytes: u64,
     /// Rows kept in memory while the disk refuses them, in estimated bytes.
     pub max_pending_bytes: usize,
+    /// Set (by SIGHUP, logrotate's convention) to finish the file being filled now; the next
+    /// rows start a new one.
+    pub rotate_now: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Options {
@@ -183,6 +186,7 @@ impl Options {
             rotate_every: Duration::from_secs(60),
             rotate_bytes: 256 << 20,
             max_pending_bytes: 256 << 20,
+            rotate_now: None,
         }
     }
 }
@@ -227,6 +231,39 @@ pub struct ParquetSink {
     /// so that a file is finished `rotate_every` after its first row, whatever the flushes.
     file_since: Option<Instant>,
     stats: Arc<Mutex<Stats>>,
+    /// The directory's lock ([`LOCK`]), held while the sink lives: one writer per directory.
+    _lock: Option<File>,
+}
+
+/// The lock file of an output directory: flock'ed by its writer, holding its PID. The kernel
+/// drops the lock when the writer dies, so a killed writer's lock is taken over.
+pub const LOCK: &str = ".cachescope.lock";
+
+/// Take `dir`'s lock, or say who holds it.
+fn lock_dir(dir: &Path) -> Result<File, SinkError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK);
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io(format!("opening {}", path.display())))?;
+    // SAFETY: flock on a descriptor `f` owns; LOCK_NB never blocks.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(SinkError::Io { what: format!("locking {}", path.display()), error: e });
+        }
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        let pid = holder.trim().parse::<u32>().ok();
+        return Err(SinkError::Busy { dir: dir.to_path_buf(), pid });
+    }
+    // Ours now: say who we are (the old holder's PID, if any, is stale).
+    let _ = f.set_len(0).and_then(|()| f.write_all(format!("{}\n", std::process::id()).as_bytes()));
+    Ok(f)
 }
 
 /// YYYYmmddTHHMMSS from seconds since the epoch (UTC), for file names that sort by time.
@@ -299,6 +336,9 @@ impl ParquetSink {
         let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
         File::create(&probe).map_err(io(format!("{} is not writable", opts.dir.display())))?;
         let _ = fs::remove_file(&probe);
+        // Before anything in the directory is touched: a second recorder would rename the
+        // first one's live file as if a crash had left it.
+        let lock = lock_dir(&opts.dir)?;
         recover_dir(&opts.dir)?;
         let schema = schema();
         let mut kv = vec![KeyValue::new("cachescope.schema_version".into(), SCHEMA_VERSION.to_string())];
@@ -332,6 +372,7 @@ impl ParquetSink {
             last_flush: Instant::now(),
             file_since: None,
             stats: Arc::new(Mutex::new(Stats::default())),
+            _lock: Some(lock),
         })
     }
 
@@ -358,6 +399,10 @@ impl ParquetSink {
     /// Flush when due; rotate when due. Errors are kept in the stats (and returned) but the
     /// sink stays usable.
     pub fn poll(&mut self, now: Instant) -> Result<(), SinkError> {
+        if self.opts.rotate_now.as_ref().is_some_and(|f| f.swap(false, std::sync::atomic::Ordering::Relaxed)) {
+            self.flush(now)?;
+            return self.close_file();
+        }
         let full = self.buffer.len() >= self.opts.flush_rows;
         let rotate = self.file_since.is_some_and(|t| now.duration_since(t) >= self.opts.rotate_every);
         if full || rotate || now.duration_since(self.last_flush) >= self.opts.flush_every {

@@ -32,6 +32,8 @@ pub struct RecordOptions {
     pub metadata: Vec<(String, String)>,
     /// Every row's `provenance`.
     pub provenance: crate::parquet::Provenance,
+    /// Set to finish the file being filled (SIGHUP).
+    pub rotate_now: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl RecordOptions {
@@ -62,6 +64,7 @@ impl RecordOptions {
             upscale: b.upscale,
             metadata,
             provenance: crate::parquet::Provenance::of(b.emulated.is_some()),
+            rotate_now: None,
         }
     }
 }
@@ -83,6 +86,7 @@ impl RecordSink {
         p.rotate_bytes = o.rotate_bytes;
         p.metadata = o.metadata;
         p.provenance = o.provenance;
+        p.rotate_now = o.rotate_now;
         p.metadata.push((
             "cachescope.sparse".into(),
             "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),

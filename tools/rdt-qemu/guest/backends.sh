@@ -51,14 +51,19 @@ start() {
   taskset 0x1 sh -c "echo \$\$ > $C/$n/cgroup.procs && exec $*" >"/tmp/$n.out" 2>&1 &
   LAST=$!
 }
-# start_gated NAME COMMAND...: as start, but COMMAND runs only once /tmp/go-NAME exists: the
-# container exists (and can be tagged) before its workload's first instruction.
+# start_gated NAME COMMAND...: as start, but COMMAND runs only once `go NAME` is said: the
+# container exists (and can be tagged) before its workload's first instruction. The shell
+# waits in a read of a FIFO: no process is forked meanwhile (a polling loop's forks filled
+# lines under the container's RMID before its workload began).
 start_gated() {
   n=$1; shift
   mkdir -p "$C/$n"
-  taskset 0x1 sh -c "echo \$\$ > $C/$n/cgroup.procs && until [ -e /tmp/go-$n ]; do sleep 0.05; done && exec $*" \
-    >"/tmp/$n.out" 2>&1 &
+  mkfifo "/tmp/go-$n"
+  taskset 0x1 sh -c "echo \$\$ > $C/$n/cgroup.procs && read go < /tmp/go-$n && exec $*" >"/tmp/$n.out" 2>&1 &
   LAST=$!
+}
+go() {
+  echo go >"/tmp/go-$1"
 }
 ready() {
   for n in "$@"; do
@@ -219,7 +224,7 @@ if [ "${cs_mode:-}" = noisy ]; then
   tagged thrash "$THRASH"
   sleep 0.5
   say thrash_start="$(date +%s)"
-  touch /tmp/go-thrash
+  go thrash
   ready thrash
   say thrash_ready="$(date +%s)"
   sleep 2
