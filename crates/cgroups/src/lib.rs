@@ -124,16 +124,33 @@ pub(crate) fn found(root: &Path, rel: &Path, globs: &[Glob]) -> Option<Container
 /// A cgroup path as text: UTF-8 as it is, every byte that is not written `\xHH`. Any bytes
 /// make a cgroup name, and a name that is not UTF-8 must not hide a container (nor its
 /// subtree); the exact path stays beside the text ([`Container::rel`]).
+///
+/// Two paths never share a text: a literal backslash that would read as one of our escapes
+/// (followed by `x` and a byte of 0x80 or above, which no UTF-8 text escapes, or `x5c`) is
+/// itself written `\x5c`. systemd's escapes (`\x2d` for `-`) stay as they are.
 pub fn path_text(rel: &Path) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for chunk in rel.as_os_str().as_bytes().utf8_chunks() {
-        s.push_str(chunk.valid());
+        let valid = chunk.valid();
+        for (i, c) in valid.char_indices() {
+            if c == '\\' && reads_as_escape(&valid[i + 1..]) {
+                s.push_str("\\x5c");
+            } else {
+                s.push(c);
+            }
+        }
         for b in chunk.invalid() {
             let _ = write!(s, "\\x{b:02x}");
         }
     }
     s
+}
+
+/// Whether `rest` (what follows a backslash) would make it read as an escape of [`path_text`].
+fn reads_as_escape(rest: &str) -> bool {
+    let Some(hex) = rest.strip_prefix('x').and_then(|h| h.get(..2)) else { return false };
+    u8::from_str_radix(hex, 16).is_ok_and(|b| b >= 0x80 || b == 0x5c)
 }
 
 /// Names of the subdirectories of `dir`, whatever their bytes, sorted; none if it is gone.
@@ -244,6 +261,14 @@ mod tests {
         use std::os::unix::ffi::OsStrExt;
         let p = Path::new(std::ffi::OsStr::from_bytes(b"a\xff\xfe/b\xc3\xa9/c\\x2d"));
         assert_eq!(path_text(p), "a\\xff\\xfe/b\u{e9}/c\\x2d");
+        // A name holding the text of an escape is not the name holding that byte.
+        let text = |b: &[u8]| path_text(Path::new(std::ffi::OsStr::from_bytes(b)));
+        assert_eq!(text(b"a\\x80"), "a\\x5cx80");
+        assert_eq!(text(b"a\x80"), "a\\x80");
+        assert_eq!(text(b"a\\x5cx80"), "a\\x5cx5cx80");
+        let names: [&[u8]; 6] = [b"a\x80", b"a\\x80", b"a\\x5cx80", b"a\\x5c\x80", b"a\\x2d", b"a-"];
+        let texts: std::collections::BTreeSet<String> = names.iter().map(|n| text(n)).collect();
+        assert_eq!(texts.len(), names.len(), "distinct: {texts:?}");
     }
 
     #[test]
