@@ -63,13 +63,13 @@ impl HttpServer {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
-        raise_fd_limit(MAX_CONNS as u64 * 2);
+        let max_conns = raise_fd_limit(MAX_CONNS as u64 * 2);
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(HttpStats::default());
         let (stop2, stats2) = (stop.clone(), stats.clone());
-        let thread = std::thread::Builder::new()
-            .name("cachescope-http".into())
-            .spawn(move || Server { listener, page, stats: stats2, conns: Vec::new(), cached: None }.run(&stop2))?;
+        let thread = std::thread::Builder::new().name("cachescope-http".into()).spawn(move || {
+            Server { listener, page, stats: stats2, conns: Vec::new(), cached: None, max_conns }.run(&stop2)
+        })?;
         Ok(HttpServer { addr, stop, thread: Some(thread), stats })
     }
 
@@ -93,19 +93,24 @@ impl Drop for HttpServer {
 }
 
 /// Let the process hold `want` descriptors beside what it has, up to the hard limit (the
-/// common soft default, 1024, is below MAX_CONNS plus the collector's own perf events).
-fn raise_fd_limit(want: u64) {
+/// common soft default, 1024, is below MAX_CONNS plus the collector's own perf events); the
+/// connections the server may then hold: half of the limit it got, at most [`MAX_CONNS`].
+fn raise_fd_limit(want: u64) -> usize {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit we own.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return;
+        return 64;
     }
     let goal = r.rlim_cur.saturating_add(want as libc::rlim_t).min(r.rlim_max);
     if goal > r.rlim_cur {
-        r.rlim_cur = goal;
+        let mut up = r;
+        up.rlim_cur = goal;
         // SAFETY: setrlimit reads one rlimit we own; a refusal leaves the limit as it was.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &up) } == 0 {
+            r = up;
+        }
     }
+    usize::try_from(r.rlim_cur / 2).unwrap_or(MAX_CONNS).clamp(64, MAX_CONNS)
 }
 
 /// An answer being written: `buf[at..len]` is still to go (a HEAD answer stops at the end of
@@ -137,6 +142,8 @@ struct Server {
     stats: Arc<HttpStats>,
     conns: Vec<Conn>,
     cached: Option<Rendered>,
+    /// [`MAX_CONNS`], or fewer where the descriptor limit is low.
+    max_conns: usize,
 }
 
 enum Step {
@@ -189,11 +196,22 @@ impl Server {
     }
 
     fn accept(&mut self, now: Instant) {
-        while let Ok((stream, _)) = self.listener.accept() {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // Out of descriptors (or another refusal): the listener stays readable,
+                    // so wait a little rather than spin on it.
+                    std::thread::sleep(Duration::from_millis(20));
+                    return;
+                }
+            };
             if stream.set_nonblocking(true).is_err() {
                 continue;
             }
-            if self.conns.len() >= MAX_CONNS {
+            if self.conns.len() >= self.max_conns {
                 // The connection that has waited longest for its head makes room.
                 let oldest = (0..self.conns.len())
                     .filter(|&i| self.conns[i].out.is_none())
