@@ -681,11 +681,13 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(handler)?;
     }
-    // SIGHUP finishes the file being filled and goes on (logrotate's convention); SIGUSR1 and
-    // SIGUSR2, whose default is to end the process, are taken and ignored: no stray signal
-    // costs a recording.
+    // SIGHUP: where a terminal shows the run (monitor), the terminal hung up, and the run ends
+    // as on SIGTERM; a recorder in the background finishes the file being filled and goes on
+    // (logrotate's convention). SIGUSR1 and SIGUSR2, whose default is to end the process, are
+    // taken and ignored: no stray signal costs a recording.
     let rotate = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, rotate.clone()).map_err(handler)?;
+    let on_hup = if outs.terminal.is_some() { stop.clone() } else { rotate.clone() };
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, on_hup).map_err(handler)?;
     let ignored = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2] {
         signal_hook::flag::register(sig, ignored.clone()).map_err(handler)?;

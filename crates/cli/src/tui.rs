@@ -81,13 +81,22 @@ impl Tui {
         self.quit.load(Ordering::Relaxed)
     }
 
-    /// Give the terminal back; an error the UI met on the way. Later calls do nothing.
+    /// Give the terminal back; an error the UI met on the way. Later calls do nothing. The
+    /// UI thread gets 2 s to end: a terminal that stopped answering must not keep the
+    /// process from exiting (the thread ends with it).
     pub fn stop(&mut self) -> Result<(), String> {
         self.tx = None;
-        match self.thread.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err("terminal UI thread panicked".into()),
-            None => Ok(()),
+        let Some(t) = self.thread.take() else { return Ok(()) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !t.is_finished() {
+            if std::time::Instant::now() > deadline {
+                return Err("the terminal did not answer; left as it is".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        match t.join() {
+            Ok(r) => r,
+            Err(_) => Err("terminal UI thread panicked".into()),
         }
     }
 }
@@ -197,20 +206,41 @@ fn ui_loop(term: &mut ratatui::DefaultTerminal, rx: &Receiver<Frame>, quit: &Ato
             term.draw(|f| draw(f, shown.as_ref(), &mut state)).map_err(|e| format!("terminal: {e}"))?;
             dirty = false;
         }
-        if !event::poll(Duration::from_millis(50)).map_err(|e| format!("terminal: {e}"))? {
+        // Wait for input ourselves: crossterm's poll spins forever, ignoring its timeout, on a
+        // terminal that hung up (it reads EOF again and again), and the run could never end.
+        if !tty_readable(Duration::from_millis(50))? {
             continue;
         }
-        match event::read().map_err(|e| format!("terminal: {e}"))? {
-            Event::Key(k) if k.kind == KeyEventKind::Press => match state.on_key(k) {
-                Action::Quit => quit.store(true, Ordering::Relaxed),
-                Action::Redraw => dirty = true,
-                Action::None => {}
-            },
-            Event::Resize(..) => dirty = true,
-            _ => {}
+        // Every event crossterm has, including those it read ahead in one read.
+        while event::poll(Duration::ZERO).map_err(|e| format!("terminal: {e}"))? {
+            match event::read().map_err(|e| format!("terminal: {e}"))? {
+                Event::Key(k) if k.kind == KeyEventKind::Press => match state.on_key(k) {
+                    Action::Quit => quit.store(true, Ordering::Relaxed),
+                    Action::Redraw => dirty = true,
+                    Action::None => {}
+                },
+                Event::Resize(..) => dirty = true,
+                _ => {}
+            }
         }
     }
     Ok(())
+}
+
+/// Whether the terminal (stdin: the live view runs only where it is one) has input within
+/// `timeout`; an error once it hung up or closed.
+fn tty_readable(timeout: Duration) -> Result<bool, String> {
+    let mut p = libc::pollfd { fd: libc::STDIN_FILENO, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one pollfd we own, for the process's stdin, which stays open.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.kind() == std::io::ErrorKind::Interrupted { Ok(false) } else { Err(format!("terminal: {e}")) };
+    }
+    if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        return Err("the terminal hung up".into());
+    }
+    Ok(n > 0)
 }
 
 /// The sort key a key press selects.

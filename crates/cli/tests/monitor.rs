@@ -349,11 +349,28 @@ fn live_view_in_tmux_at_narrow_widths() {
         (45, &["STATUS", "LLC MiB▼", "MBM MB/s"][..]),
     ] {
         let session = format!("cachescope-narrow-{}-{width}", std::process::id());
-        let cmd = format!("{} monitor --scenario {} --duration 30s", env!("CARGO_BIN_EXE_cachescope"), scenario());
+        // A duration of its own, to find this monitor among the processes.
+        let duration = format!("{}s", 300 + width);
+        let cmd =
+            format!("{} monitor --scenario {} --duration {duration}", env!("CARGO_BIN_EXE_cachescope"), scenario());
         tmux(&["new-session", "-d", "-s", &session, "-x", &width.to_string(), "-y", "30", &cmd]);
         std::thread::sleep(std::time::Duration::from_millis(2000));
         let s = tmux(&["capture-pane", "-p", "-t", &session]);
+        // Closing the terminal (SIGHUP, then a hung-up tty) ends the monitor: it once spun
+        // forever in crossterm's poll of the dead terminal.
         tmux(&["kill-session", "-t", &session]);
+        let alive = || {
+            Command::new("pgrep")
+                .args(["-f", &format!("monitor --scenario .* --duration {duration}")])
+                .status()
+                .unwrap()
+                .success()
+        };
+        let t = std::time::Instant::now();
+        while alive() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(!alive(), "{width}: monitor still runs after its terminal closed");
         let head = s.lines().find(|l| l.starts_with("CONTAINER")).unwrap_or_else(|| panic!("{width}:\n{s}"));
         for t in shown {
             assert!(head.contains(t), "{width}: '{t}' in {head}");
