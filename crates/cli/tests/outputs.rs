@@ -4,17 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
+mod common;
+
+use common::{bin, scenario};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
-
-fn scenario() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml")
-}
 
 /// A pipe whose reading end is already closed: every write to the other end is EPIPE.
 fn closed_pipe() -> Stdio {

@@ -4,26 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
+mod common;
+
 use arrow_array::RecordBatch;
+use common::{bin, parquet_files};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
-
-fn parquet_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    v.sort();
-    v
-}
+use std::path::Path;
 
 /// `src`'s rows into `dst` with no key-value metadata, without the columns in `drop`.
 fn rewrite(src: &Path, dst: &Path, drop: &[&str]) {

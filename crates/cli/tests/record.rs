@@ -8,7 +8,7 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use common::{docker, sandbox};
+use common::{docker, parquet_files, sandbox};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -46,16 +46,6 @@ bandwidth_mbps = 200
 local_fraction = 1.0
 start_ms = 500
 "#;
-
-fn parquet_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
-        .collect();
-    v.sort();
-    v
-}
 
 fn read(files: &[PathBuf]) -> (Vec<RecordBatch>, BTreeMap<String, String>) {
     let mut out = Vec::new();

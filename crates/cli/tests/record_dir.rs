@@ -5,17 +5,12 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use common::{bin, scenario};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
-
-fn scenario() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml")
-}
 
 fn record(dir: &Path, seconds: u32) -> Child {
     bin()

@@ -4,18 +4,16 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
+mod common;
+
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use common::bin;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
 
 /// `n` rows, one per (container, domain) from `ids` and `domains`, 1 ms apart.
 fn batch(n: usize, id: impl Fn(usize) -> String, domain: impl Fn(usize) -> i32) -> RecordBatch {

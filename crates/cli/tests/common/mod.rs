@@ -2,7 +2,29 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 use cachescope_cgroups::sandbox::Sandbox;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+/// The cachescope binary under test, as a command.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cachescope"))
+}
+
+/// The bundled scenario (scenarios/noisy-neighbour.toml).
+pub fn scenario() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml")
+}
+
+/// The finished Parquet files in `dir`, sorted.
+pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    v.sort();
+    v
+}
 
 /// `docker`, as a command; its output when it succeeds.
 pub fn docker(args: &[&str]) -> Option<String> {
