@@ -275,6 +275,12 @@ fn live_view_on_a_terminal() {
     assert!(screen[leave..].contains("ticks, lateness"), "summary after the terminal is back");
 }
 
+/// `tmux ARGS`: what it printed.
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// What a person sees in tmux at 80, 100 and 160 columns: host and time, per-domain totals,
 /// one line per container, whole headers and values; `d` unfolds the domains, `/` filters,
 /// `?` helps, `q` quits.
@@ -284,10 +290,6 @@ fn live_view_in_tmux_at_three_widths() {
         cachescope_testkit::skip("no tmux (scripts/setup.sh installs it)");
         return;
     }
-    let tmux = |args: &[&str]| {
-        let out = Command::new("tmux").args(args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
     for width in [80, 100, 160] {
         let session = format!("cachescope-test-{}-{width}", std::process::id());
         let cmd = format!("{} monitor --scenario {} --duration 30s", env!("CARGO_BIN_EXE_cachescope"), scenario());
@@ -338,10 +340,6 @@ fn live_view_in_tmux_at_narrow_widths() {
     if Command::new("tmux").arg("-V").output().is_err() {
         return cachescope_testkit::skip("no tmux (scripts/setup.sh installs it)");
     }
-    let tmux = |args: &[&str]| {
-        let out = Command::new("tmux").args(args).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
     let all = ["STATUS", "LLC MiB", "LLC %", "MBM MB/s", "IPC", "MPKI"];
     for (width, shown) in [
         (20usize, &["LLC MiB▼"][..]),
