@@ -234,18 +234,26 @@ pub struct Jsonl {
     host: String,
     provenance: Provenance,
     out: Stdout,
+    /// A batch's lines, written with one call: stdout is line-buffered, and a write per row
+    /// was most of what a batch cost (a system call per row).
+    buf: Vec<u8>,
 }
 
 impl Jsonl {
     pub fn new(host: String, provenance: Provenance) -> Jsonl {
-        Jsonl { host, provenance, out: Stdout::default() }
+        Jsonl { host, provenance, out: Stdout::default(), buf: Vec::new() }
     }
 }
 
 impl Sink for Jsonl {
     fn rows(&mut self, rows: &[Row]) -> Flow {
-        let (host, prov) = (&self.host, self.provenance);
-        self.out.write(|o| cachescope_sinks::jsonl::write_rows(o, host, prov, rows))
+        self.buf.clear();
+        if let Err(e) = cachescope_sinks::jsonl::write_rows(&mut self.buf, &self.host, self.provenance, rows) {
+            // Writing to memory fails only if a row cannot be serialized.
+            return self.out.write(|_| Err(e));
+        }
+        let buf = &self.buf;
+        self.out.write(|o| o.write_all(buf))
     }
 
     fn finish(&mut self) -> Result<Vec<String>, String> {

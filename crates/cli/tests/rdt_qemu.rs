@@ -62,6 +62,12 @@ fn on_host() -> bool {
     std::env::var_os("CACHESCOPE_RDT_HOST").is_some_and(|v| v == "1")
 }
 
+/// Whether this run checks `backend`: all unless CACHESCOPE_RDT_BACKENDS names some (a
+/// comma-separated list, for a developer chasing one backend; scripts/test.sh never sets it).
+fn wanted(backend: &str) -> bool {
+    std::env::var("CACHESCOPE_RDT_BACKENDS").map_or(true, |v| v.split(',').any(|b| b == backend))
+}
+
 /// Runs tools/rdt-qemu/guest/SCRIPT on this host (root, in a private mount namespace, so its
 /// /tmp is its own) with the cs_* parameters of `g.append` in its environment, leaves
 /// OUT/console.log and OUT/rows.jsonl as guest-qemu.sh does, and returns what it printed.
@@ -371,7 +377,13 @@ fn stream_rates(rows: &[Value], stream: &str, cover: f64) -> (f64, f64) {
             .filter(|r| r["time_ns"].as_i64().is_some_and(|t| t >= start - 1_000_000_000 && t <= end + 1_000_000_000))
             .map(|r| format!("{}+{} {} {}", r["time_ns"], r["interval_ns"], r["mbm_total_bytes"], r["status"]))
             .collect();
-        println!("stream window {start}..{end}: rows cover {ns} ns; rows near it: {near:?}");
+        let times: Vec<i64> = rows.iter().filter_map(|r| r["time_ns"].as_i64()).collect();
+        println!(
+            "stream window {start}..{end}: rows cover {ns} ns; rows near it: {near:?}; {} rows from {:?} to {:?}",
+            times.len(),
+            times.iter().min(),
+            times.iter().max()
+        );
     }
     assert!(ns as f64 >= cover * (end - start) as f64, "rows cover {ns} ns of the {} ns window", end - start);
     (bytes as f64 * 1e9 / ns as f64, moved * 1e9 / (end - start) as f64)
@@ -518,7 +530,7 @@ fn backends_on_the_rdt_machine() {
     };
     for &(cpu, props, append) in models {
         let machine = format!("-cpu {cpu} -smp 2,sockets=2 {device}{props}");
-        for &(backend, kernel) in backends {
+        for &(backend, kernel) in backends.iter().filter(|(b, _)| wanted(b)) {
             let out = dir.path().join(format!("{backend}-{cpu}-{kernel}"));
             // A core group holds whatever runs on its core: unbound workqueue workers, which
             // no taskset moves, charged core 0 ~200 KiB on 7.2 (+22..+28 % of W): they stay on

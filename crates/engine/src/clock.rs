@@ -51,6 +51,11 @@ impl Clock {
         self.origin
     }
 
+    /// Time since the run's start on the wall clock (None in virtual time).
+    pub fn elapsed(&self) -> Option<Duration> {
+        self.ticker.as_ref().map(Ticker::elapsed)
+    }
+
     /// Why [`Clock::wait`] returned None, if the ticker failed.
     pub fn take_failure(&mut self) -> Option<TickerError> {
         self.failed.take()

@@ -516,7 +516,17 @@ fn run_loop(
             break;
         }
     }
-    clock.take_failure().map_or(Ok(()), |e| Err(RunError::Clock(e)))
+    if let Some(e) = clock.take_failure() {
+        return Err(RunError::Clock(e));
+    }
+    // Stopped by a signal between wake-ups: what the kernel sampled since the last one is in
+    // its ring, with the kernel's times. Read it rather than lose the run's last batch.
+    if info.sampling == Sampling::Kernel && opts.stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Some(t) = clock.elapsed().filter(|t| *t > st.step) {
+            st.sample(t)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -191,23 +191,12 @@ impl ContainerSource for One {
     }
 }
 
-#[test]
-fn an_engine_run_keeps_every_byte_and_the_kernels_times() {
-    let k = FakeKernel::new(&[0], 8, 16, 64);
-    let b = backend(&k);
-    // The kernel's counter advances 1000 counts per ms and wraps at 16 bits; its clock is
-    // CLOCK_MONOTONIC, and the run starts after now.
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    let base_ms = ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000 + 50;
-    k.push(rec(kind::ATTACH, base_ms, 7, 0, 0));
-    for ms in 1..=200u64 {
-        k.push(rec(kind::SAMPLE, base_ms + ms, 7, 0, (ms * 1000) % (1 << 16)));
-    }
+/// A whole engine run over `k`'s module with container "a" (cgroup 7) from the start, in
+/// 20 ms batches of 1 ms intervals: the rows it made.
+fn engine_run(k: &FakeKernel, duration: Option<Duration>, stop: Arc<AtomicBool>) -> Vec<Row> {
     let rows = Arc::new(Mutex::new(Vec::new()));
     let parts = cachescope_engine::Parts {
-        backend: Box::new(b),
+        backend: Box::new(backend(k)),
         containers: Box::new(One(Some(container("a", 7)))),
         pmu: None,
         world: None,
@@ -216,13 +205,35 @@ fn an_engine_run_keeps_every_byte_and_the_kernels_times() {
     let opts = cachescope_engine::Options {
         interval: Duration::from_millis(1),
         batch: Duration::from_millis(20),
-        duration: Some(Duration::from_millis(60)),
+        duration,
         virtual_time: false,
         status_every: Duration::from_secs(1),
-        stop: Arc::new(AtomicBool::new(false)),
+        stop,
     };
     cachescope_engine::run(parts, &opts).unwrap();
-    let rows = rows.lock().unwrap();
+    let rows = rows.lock().unwrap().clone();
+    rows
+}
+
+/// CLOCK_MONOTONIC in ms, the module's clock.
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+#[test]
+fn an_engine_run_keeps_every_byte_and_the_kernels_times() {
+    let k = FakeKernel::new(&[0], 8, 16, 64);
+    // The kernel's counter advances 1000 counts per ms and wraps at 16 bits; its clock is
+    // CLOCK_MONOTONIC, and the run starts after now.
+    let base_ms = monotonic_ms() + 50;
+    k.push(rec(kind::ATTACH, base_ms, 7, 0, 0));
+    for ms in 1..=200u64 {
+        k.push(rec(kind::SAMPLE, base_ms + ms, 7, 0, (ms * 1000) % (1 << 16)));
+    }
+    let rows = engine_run(&k, Some(Duration::from_millis(60)), Arc::new(AtomicBool::new(false)));
     assert_eq!(rows.len(), 201, "the baseline and 200 samples");
     let bytes: u64 = rows.iter().filter_map(|r| r.mbm_total_bytes).sum();
     assert_eq!(bytes, 200 * 1000 * 64, "every count across 3 wraps");
@@ -230,4 +241,26 @@ fn an_engine_run_keeps_every_byte_and_the_kernels_times() {
     assert!(rows.windows(2).all(|w| w[1].time_ns - w[0].time_ns == 1_000_000), "the kernel's 1 ms grid");
     assert_eq!(rows[200].time_ns - t0, 200_000_000);
     assert!(rows[1..].iter().all(|r| r.interval_ns == 1_000_000));
+}
+
+#[test]
+fn a_run_stopped_by_a_signal_keeps_what_the_kernel_sampled_since_the_last_batch() {
+    let k = FakeKernel::new(&[0], 8, 16, 64);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (k2, stop2) = (k.clone(), stop.clone());
+    // Between two batches (every 20 ms), the stop flag is set and the module samples ten
+    // more intervals: they were in its ring when the run ended, and are rows.
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        let base_ms = monotonic_ms();
+        stop2.store(true, std::sync::atomic::Ordering::Relaxed);
+        k2.push(rec(kind::ATTACH, base_ms - 10, 7, 0, 0));
+        for ms in 1..=10u64 {
+            k2.push(rec(kind::SAMPLE, base_ms - 10 + ms, 7, 0, ms * 1000));
+        }
+    });
+    let rows = engine_run(&k, None, stop);
+    late.join().unwrap();
+    assert_eq!(rows.len(), 11, "the baseline and 10 samples");
+    assert_eq!(rows.iter().filter_map(|r| r.mbm_total_bytes).sum::<u64>(), 10 * 1000 * 64);
 }
