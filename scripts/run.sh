@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Build cachescope (release) and run it: `scripts/run.sh info`, `scripts/run.sh info --json`.
+# Build cachescope (release) and run it. With no argument: `monitor`, the live view of this
+# host's containers (q or Ctrl-C stops it); otherwise any subcommand: `scripts/run.sh info`,
+# `scripts/run.sh record --output DIR`. Installs only what the build needs (scripts/setup.sh
+# build); scripts/test.sh installs what the tests need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh build
 cargo build --release --locked -q -p cachescope
-[ $# -gt 0 ] || set -- info
+[ $# -gt 0 ] || set -- monitor
 exec target/release/cachescope "$@"

@@ -2,14 +2,30 @@
 # Installs what building and testing cachescope needs, idempotently. Called by run.sh and
 # test.sh, so a fresh machine needs nothing else. Root (or sudo) is needed only when a system
 # package is missing.
+#   scripts/setup.sh         everything the test suite uses (test.sh)
+#   scripts/setup.sh build   only what building and running the binary need (run.sh)
 set -euo pipefail
+only_build=0
+case "${1:-}" in
+  build) only_build=1 ;;
+  "") ;;
+  *) echo "setup: unknown argument '$1' (none, or 'build')" >&2; exit 2 ;;
+esac
 
-# Debian packages the build or the tests need (checked by the command each provides).
-# Format: "command:package". Empty lists are fine; later crates add entries here.
-APT_NEEDS=(
+# Debian packages the build needs (checked by the command each provides): "command:package".
+APT_BUILD=(
   "clang:clang"        # compiles the BPF program (crates/bpf)
   "make:make"          # libbpf-sys builds the vendored libbpf
   "pkg-config:pkg-config"
+)
+# Files the build needs, checked by path: "path:package".
+HEADERS_BUILD=(
+  "/usr/include/libelf.h:libelf-dev"   # libbpf
+  "/usr/include/zlib.h:zlib1g-dev"     # libbpf
+  "/usr/include/linux/bpf.h:linux-libc-dev"
+)
+# And what only the tests need.
+APT_NEEDS=(
   "dockerd:docker.io"  # real containers for the runtime-metadata tests (test.sh starts dockerd)
   "podman:podman"      # the same through Podman's Docker-compatible API
   "busybox:busybox-static"  # the root of the test image (docker import, no registry)
@@ -22,25 +38,26 @@ APT_NEEDS=(
   "pqos:intel-cmt-cat"  # Intel's pqos: a reference reader on the RDT machine (tools/rdt-qemu)
   "debootstrap:debootstrap"  # build roots for the module on other kernels (scripts/kmod-build.sh)
 )
-# Files the build or the tests need (headers, data), checked by path: "path:package".
 APT_HEADERS=(
-  "/usr/include/libelf.h:libelf-dev"   # libbpf
-  "/usr/include/zlib.h:zlib1g-dev"     # libbpf
-  "/usr/include/linux/bpf.h:linux-libc-dev"
   "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"
   "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core"  # the report's font
 )
 
+if ((only_build)); then
+  APT_NEEDS=() APT_HEADERS=()
+fi
 missing=()
-# The kernel module builds against the headers of the kernel the QEMU test boots (Debian's
-# current one; its image is fetched by scripts/guest-qemu.sh, never installed).
-dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" \
-  || missing+=(linux-headers-amd64)
-for entry in "${APT_NEEDS[@]}"; do
+# The kernel module's test builds it against the headers of the kernel the QEMU test boots
+# (Debian's current one; its image is fetched by scripts/guest-qemu.sh, never installed).
+if ((!only_build)); then
+  dpkg-query -W -f='${Status}' linux-headers-amd64 2>/dev/null | grep -q "install ok installed" \
+    || missing+=(linux-headers-amd64)
+fi
+for entry in "${APT_BUILD[@]}" "${APT_NEEDS[@]}"; do
   cmd=${entry%%:*}; pkg=${entry#*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
-for entry in "${APT_HEADERS[@]}"; do
+for entry in "${HEADERS_BUILD[@]}" "${APT_HEADERS[@]}"; do
   path=${entry%%:*}; pkg=${entry#*:}
   [ -e "$path" ] || missing+=("$pkg")
 done
@@ -56,6 +73,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install a Rust toolchain (https://rustup.rs) and re-run" >&2
   exit 1
 fi
+((only_build)) && exit 0
 # Lints run in the test suite; rustup-managed toolchains may lack the components.
 if command -v rustup >/dev/null 2>&1; then
   for comp in rustfmt clippy; do
