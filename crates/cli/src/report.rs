@@ -15,7 +15,8 @@ pub struct ReportArgs {
     /// One JSON object (run facts, containers, domains, episodes) instead of text.
     #[arg(long)]
     json: bool,
-    /// Also write a self-contained HTML page with the charts to FILE.
+    /// Write a self-contained HTML page with the charts to FILE (stdout then lists the files
+    /// written instead of the text report).
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// Also write each chart as an SVG file into DIR (created if missing).
@@ -43,21 +44,30 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     for p in problems {
         cachescope_platform::say!("{p}");
     }
+    // What was written, one path a line: with --html or --svg that is what stdout says (the
+    // text report stays for a plain `report`; --json prints its object whatever else is asked).
+    let mut written: Vec<PathBuf> = Vec::new();
     if let Some(dir) = &args.svg {
         if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
             return Err(CliError::input(format!("--svg {}: {} is not a directory", dir.display(), file.display())));
         }
         std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("--svg {}: {e}", dir.display())))?;
         for (name, _, svg) in html::charts(&report) {
-            write(&dir.join(name), &svg)?;
+            write(&dir.join(&name), &svg)?;
+            written.push(dir.join(name));
         }
     }
     if let Some(path) = &args.html {
         write(path, &html::page(&report))?;
+        written.push(path.clone());
     }
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
         return crate::print_out(&format!("{json}\n"));
+    }
+    if args.html.is_some() || args.svg.is_some() {
+        let lines: String = written.iter().map(|p| format!("{}\n", p.display())).collect();
+        return crate::print_out(&lines);
     }
     crate::print_out(&text(&report))
 }

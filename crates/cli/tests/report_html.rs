@@ -120,7 +120,7 @@ fn html_report_of_the_bundled_scenario_as_a_person_sees_it() {
 
     // The page's numbers are the files' (DuckDB over the same Parquet).
     let nums = table_numbers(&html);
-    assert_eq!(nums.keys().collect::<Vec<_>>(), ["batch", "thrash", "web"]);
+    assert_eq!(nums.keys().collect::<Vec<_>>(), ["backup", "batch", "thrash", "web"]);
     let sql = format!(
         "SELECT container_id, max(llc_occupancy_bytes), sum(mbm_total_bytes) / ((max(time_ns) - min(time_ns - interval_ns)) / 1e9) \
          FROM '{}/*.parquet' WHERE status <> 'stopped' GROUP BY 1 ORDER BY 1",
@@ -148,7 +148,7 @@ fn html_report_of_the_bundled_scenario_as_a_person_sees_it() {
     let (w, h, rgb) = screenshot(&format!("file://{}", page.display()), 1100, 2600, &shot);
     println!("screenshot: {} ({w}x{h})", shot.display());
     // Plots drawn: each container's colour (its swatch in the table) fills part of the page.
-    for id in ["batch", "thrash", "web"] {
+    for id in ["backup", "batch", "thrash", "web"] {
         let row = html.split(&format!("<tr data-id=\"{id}\">")).nth(1).unwrap();
         let color = row.split("background:").nth(1).unwrap().get(..7).unwrap();
         let n = pixels_of(&rgb, color);
@@ -157,9 +157,9 @@ fn html_report_of_the_bundled_scenario_as_a_person_sees_it() {
     }
     // Titles and legends, read back from each chart as rendered.
     let expect = [
-        ("domain-0-occupancy.svg", vec!["occupancy", "thrash", "web"]),
+        ("domain-0-occupancy.svg", vec!["occupancy", "backup", "thrash", "web"]),
         ("domain-1-occupancy.svg", vec!["occupancy", "batch"]),
-        ("domain-0-bandwidth.svg", vec!["bandwidth", "thrash", "web"]),
+        ("domain-0-bandwidth.svg", vec!["bandwidth", "backup", "thrash", "web"]),
     ];
     for (file, words) in expect {
         let png = dir.path().join(format!("{file}.png"));
@@ -256,4 +256,30 @@ fn noisy_neighbour_episodes_are_named_and_quiet_runs_raise_none() {
     let rec = record(dir.path(), "quiet", &sc, 8);
     let v = report_json(&rec, &[]);
     assert_eq!(v["episodes"].as_array().unwrap().len(), 0, "no false alarm: {:#}", v["episodes"]);
+}
+
+/// The README's quick tour: the bundled scenario, recorded for 30 s and reported, shows the
+/// noisy neighbour it was written for; `--html` and `--svg` write their files and list them
+/// on stdout instead of repeating the text report.
+#[test]
+fn the_quick_tour_names_its_noisy_neighbour() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = record(dir.path(), "tour", &repo().join("scenarios/noisy-neighbour.toml"), 30);
+    let out = bin().arg("report").arg(&rec).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let episode = text.lines().find(|l| l.trim_start().starts_with("1. ")).unwrap_or_else(|| panic!("{text}"));
+    println!("{episode}");
+    assert!(episode.contains("backup in domain 0") && episode.contains("web lost"), "{episode}");
+    let (page, svgs) = (dir.path().join("cs.html"), dir.path().join("svg"));
+    let out = bin().arg("report").arg(&rec).arg("--html").arg(&page).arg("--svg").arg(&svgs).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout).lines().map(PathBuf::from).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&svgs).unwrap().map(|e| e.unwrap().path()).collect();
+    files.push(page.clone());
+    let mut sorted = listed.clone();
+    sorted.sort();
+    files.sort();
+    assert_eq!(sorted, files, "stdout lists exactly the files written");
+    assert!(std::fs::read_to_string(&page).unwrap().contains("backup"));
 }
