@@ -3,8 +3,10 @@
 //! by the live terminal UI ([`crate::tui`]). Pure: no terminal here.
 
 use cachescope_engine::row::{ipc, mpki, Row};
+use cachescope_engine::ContainerMeta;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One (container, domain) line of the view over one display period, or (`domain` None) a
@@ -204,7 +206,9 @@ pub fn domain_totals(rows: &[ViewRow]) -> Vec<DomainTotal> {
 /// Accumulates rows between two displays.
 #[derive(Default)]
 struct Acc {
-    label: String,
+    /// Who: its label is taken at each period's end (the runtime's answer, and a rename,
+    /// may come after the first row).
+    meta: Option<Arc<ContainerMeta>>,
     rmid: Option<u32>,
     status: &'static str,
     occupancy: Option<u64>,
@@ -236,8 +240,8 @@ impl Accumulator {
             None => self.rows.entry(row.container.id.clone()).or_default(),
         };
         let r = doms.entry(row.domain).or_default();
-        if r.label.is_empty() {
-            r.label = printable(row.container.label());
+        if !r.meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, &row.container)) {
+            r.meta = Some(row.container.clone());
         }
         r.rmid = row.rmid;
         r.status = row.status.as_str();
@@ -268,7 +272,7 @@ impl Accumulator {
                 let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
                 out.push(ViewRow {
                     id: id.clone(),
-                    label: a.label.clone(),
+                    label: a.meta.as_ref().map_or_else(|| id.clone(), |m| printable(m.label())),
                     domain: Some(*domain),
                     rmid: a.rmid,
                     status: a.status,
@@ -331,6 +335,34 @@ pub fn plain(now: Duration, header: &str, rows: &[ViewRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labels_follow_the_runtime_after_the_first_row() {
+        let meta = Arc::new(ContainerMeta { id: "3f2a9c".into(), ..Default::default() });
+        let row = Row {
+            time_ns: 1,
+            interval_ns: 1,
+            container: meta.clone(),
+            domain: 0,
+            rmid: Some(1),
+            llc_occupancy_bytes: Some(1),
+            mbm_total_bytes: None,
+            mbm_local_bytes: None,
+            pmu: Default::default(),
+            cpu_ns: None,
+            status: cachescope_engine::Status::Ok,
+        };
+        let mut acc = Accumulator::default();
+        let label = |acc: &mut Accumulator| acc.take(Duration::from_secs(1), &[])[0].label.clone();
+        acc.add(&row);
+        assert_eq!(label(&mut acc), "3f2a9c", "the id until the runtime answers");
+        let named = |n: &str| cachescope_engine::RuntimeMeta { name: Some(n.into()), ..Default::default() };
+        meta.runtime.set(named("web"));
+        acc.add(&row);
+        assert_eq!(label(&mut acc), "web");
+        meta.runtime.set(named("web-renamed"));
+        assert_eq!(label(&mut acc), "web-renamed", "a rename, even between rows");
+    }
 
     pub(crate) fn row(label: &str, occ: Option<u64>, bw: Option<f64>, ipc: Option<f64>, mpki: Option<f64>) -> ViewRow {
         ViewRow {

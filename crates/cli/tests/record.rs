@@ -834,7 +834,22 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = Command::new(cli).args(["rm", "-f", &name]).output();
+    // Renamed while recorded: the rows and the metrics follow within a refresh or two.
+    let renamed = format!("{name}-renamed");
+    let rename = Command::new(cli).args(["rename", &name, &renamed]).output().unwrap();
+    assert!(rename.status.success(), "{cli} rename: {}", String::from_utf8_lossy(&rename.stderr));
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut after = String::new();
+    while Instant::now() < deadline {
+        after = get(&addr, "/metrics").unwrap_or_default();
+        let named_now = format!("container_name=\"{renamed}\"");
+        if id.as_ref().is_some_and(|id| after.lines().any(|l| l.contains(id.as_str()) && l.contains(&named_now))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new(cli).args(["rm", "-f", &renamed]).output();
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
@@ -843,21 +858,29 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
     assert!(out.status.success(), "{err}");
     let id = id.unwrap_or_else(|| panic!("{cli} run: {}", String::from_utf8_lossy(&run.stderr)));
     let (batches, _) = read(&parquet_files(&out_dir));
-    let mut named = 0;
+    // (time, name) of its rows: the first name, then the new one, never going back.
+    let mut seen: Vec<(i64, String)> = Vec::new();
     for b in &batches {
         let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
         let (ids, names, pods, nss) = (s("container_id"), s("container_name"), s("pod_name"), s("pod_namespace"));
+        let times = b.column_by_name("time_ns").unwrap().as_primitive::<Int64Type>();
         for i in 0..b.num_rows() {
             if ids.value(i) == id {
-                assert_eq!(names.value(i), name);
+                assert!(names.value(i) == name || names.value(i) == renamed, "{}", names.value(i));
                 assert_eq!((pods.value(i), nss.value(i)), ("web-0", "shop"), "from the API only");
-                named += 1;
+                seen.push((times.value(i), names.value(i).to_string()));
             }
         }
     }
-    assert!(named > 0, "rows of {id}: {err}");
+    assert!(!seen.is_empty(), "rows of {id}: {err}");
+    seen.sort();
+    let first_new = seen.iter().position(|(_, n)| *n == renamed).unwrap_or_else(|| panic!("no row after the rename"));
+    assert!(seen[first_new..].iter().all(|(_, n)| *n == renamed), "the new name, once seen, stays");
+    println!("{cli}: {} rows as {name}, then {} as {renamed}", first_new, seen.len() - first_new);
     let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
     assert!(line.contains(&format!("container_name=\"{name}\"")) && line.contains("pod_name=\"web-0\""), "{line}");
+    let line = after.lines().find(|l| l.contains(&id)).unwrap_or_default();
+    assert!(line.contains(&format!("container_name=\"{renamed}\"")), "after the rename: {line}");
 }
 
 #[test]

@@ -14,9 +14,76 @@ pub struct ContainerMeta {
     pub pod_uid: Option<String>,
     /// Relative to the cgroup v2 root (empty for scenario containers and core groups).
     pub cgroup_path: String,
-    /// What the container's runtime says of it through its API, once it has answered. Set
-    /// off the sampling path, once; rows made before then show it too when they are written.
-    pub runtime: OnceLock<RuntimeMeta>,
+    /// What the container's runtime says of it through its API, once it has answered, and
+    /// again when that changes (`docker rename`). Set off the sampling path; a row shows what
+    /// was known when it is written.
+    pub runtime: RuntimeCell,
+}
+
+/// A container's runtime metadata, set from another thread while rows read it: append-only
+/// (each change is a new node, kept until the container's meta goes), so a reader borrows
+/// the latest without a lock. Changes are rare (a first answer, the odd rename).
+#[derive(Default)]
+pub struct RuntimeCell {
+    first: OnceLock<RuntimeNode>,
+}
+
+struct RuntimeNode {
+    meta: RuntimeMeta,
+    next: OnceLock<Box<RuntimeNode>>,
+}
+
+impl RuntimeCell {
+    pub fn new(m: RuntimeMeta) -> RuntimeCell {
+        let c = RuntimeCell::default();
+        c.set(m);
+        c
+    }
+
+    fn last(&self) -> Option<&RuntimeNode> {
+        let mut n = self.first.get()?;
+        while let Some(next) = n.next.get() {
+            n = next;
+        }
+        Some(n)
+    }
+
+    /// The latest answer.
+    pub fn get(&self) -> Option<&RuntimeMeta> {
+        self.last().map(|n| &n.meta)
+    }
+
+    /// Record an answer; false when it says nothing new. One writer at a time (the resolver
+    /// thread): a second racing one may lose its update, never corrupt the cell.
+    pub fn set(&self, m: RuntimeMeta) -> bool {
+        let Some(last) = self.last() else {
+            return self.first.set(RuntimeNode { meta: m, next: OnceLock::new() }).is_ok();
+        };
+        if last.meta == m {
+            return false;
+        }
+        last.next.set(Box::new(RuntimeNode { meta: m, next: OnceLock::new() })).is_ok()
+    }
+}
+
+impl Clone for RuntimeCell {
+    fn clone(&self) -> RuntimeCell {
+        self.get().cloned().map_or_else(RuntimeCell::default, RuntimeCell::new)
+    }
+}
+
+impl PartialEq for RuntimeCell {
+    fn eq(&self, other: &RuntimeCell) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for RuntimeCell {}
+
+impl std::fmt::Debug for RuntimeCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 /// A container as its runtime's API describes it.
@@ -42,9 +109,10 @@ impl ContainerMeta {
         self.name().unwrap_or(&self.id)
     }
 
-    /// Its name: from the cgroup side (a scenario, Docker's local state), else the runtime's.
+    /// Its name: the runtime's latest answer (it follows renames), else the cgroup side's (a
+    /// scenario, Docker's local state when the container was found).
     pub fn name(&self) -> Option<&str> {
-        self.name.as_deref().or_else(|| self.runtime.get()?.name.as_deref())
+        self.runtime.get().and_then(|r| r.name.as_deref()).or(self.name.as_deref())
     }
 
     pub fn pod_name(&self) -> Option<&str> {
@@ -171,5 +239,29 @@ impl Row {
     pub fn counters(&self) -> [Option<u64>; COUNTERS] {
         let [c, i, r, m] = self.pmu.values();
         [self.mbm_total_bytes, self.mbm_local_bytes, c, i, r, m, self.cpu_ns]
+    }
+}
+
+#[cfg(test)]
+mod runtime_cell_tests {
+    use super::*;
+
+    fn named(n: &str) -> RuntimeMeta {
+        RuntimeMeta { name: Some(n.into()), image: Some("img".into()), ..Default::default() }
+    }
+
+    #[test]
+    fn a_rename_is_seen_by_every_holder_and_the_runtime_wins_over_local_state() {
+        let meta = Arc::new(ContainerMeta { id: "abc".into(), name: Some("web".into()), ..Default::default() });
+        let holder = meta.clone();
+        assert_eq!(holder.name(), Some("web"), "Docker's local state before the API answers");
+        assert!(meta.runtime.set(named("web")));
+        assert!(!meta.runtime.set(named("web")), "the same answer is no change");
+        assert!(meta.runtime.set(named("web-renamed")));
+        assert_eq!(holder.name(), Some("web-renamed"));
+        assert_eq!(holder.image(), Some("img"));
+        let copy = (*holder).clone();
+        assert_eq!(copy.name(), Some("web-renamed"));
+        assert_eq!(copy, *holder);
     }
 }

@@ -6,7 +6,8 @@
 //! uid, the container's name and its image as annotations of the OCI spec.
 //!
 //! Never on the sampling path: a [`Resolver`] thread asks, and fills the container's
-//! [`ContainerMeta::runtime`] once answered (every holder of the container's `Arc` sees it).
+//! [`ContainerMeta::runtime`] once answered (every holder of the container's `Arc` sees it);
+//! every [`REFRESH`] it lists each runtime's containers once and follows renames.
 //! A runtime that cannot be reached leaves ids only, and says why once.
 
 use cachescope_engine::{ContainerMeta, RuntimeMeta};
@@ -14,14 +15,20 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest answer read: an inspect is a few KiB; labels can make it tens.
 const MAX_ANSWER: u64 = 1 << 20;
+/// Longest list of containers read: a KiB or two per container.
+const MAX_LIST: u64 = 64 << 20;
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the names of the containers already resolved are checked against their
+/// runtime's list: `docker rename` changes a name in place, and one list request covers every
+/// container of a runtime.
+pub const REFRESH: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -57,8 +64,15 @@ impl EngineApi {
             return Err(self.malformed(id, "not a container id"));
         }
         let path = format!("/containers/{id}/json");
-        let body = self.get(&path)?;
+        let body = self.get(&path, MAX_ANSWER)?;
         parse_inspect(&body).map_err(|why| self.malformed(&path, &why))
+    }
+
+    /// Every container's id and name (`GET /containers/json?all=1`).
+    pub fn names(&self) -> Result<Vec<(String, String)>, ApiError> {
+        let path = "/containers/json?all=1";
+        let body = self.get(path, MAX_LIST)?;
+        parse_list(&body).map_err(|why| self.malformed(path, &why))
     }
 
     fn malformed(&self, path: &str, why: &str) -> ApiError {
@@ -66,14 +80,14 @@ impl EngineApi {
     }
 
     /// One GET; HTTP/1.0, so the answer ends with the connection.
-    fn get(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+    fn get(&self, path: &str, max: u64) -> Result<Vec<u8>, ApiError> {
         let io = |error| ApiError::Io { socket: self.socket.clone(), error };
         let mut s = UnixStream::connect(&self.socket).map_err(io)?;
         s.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
         s.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).map_err(io)?;
         let mut answer = Vec::new();
-        s.take(MAX_ANSWER).read_to_end(&mut answer).map_err(io)?;
+        s.take(max).read_to_end(&mut answer).map_err(io)?;
         let (status, chunked, body) = split_response(&answer).ok_or_else(|| self.malformed(path, "no HTTP head"))?;
         if status != 200 {
             return Err(ApiError::Status { socket: self.socket.clone(), status, path: path.to_string() });
@@ -127,6 +141,20 @@ pub fn parse_inspect(body: &[u8]) -> Result<RuntimeMeta, String> {
         pod_namespace: label("io.kubernetes.pod.namespace"),
         pod_container: label("io.kubernetes.container.name"),
     })
+}
+
+/// The ids and names of a container list (`Names` hold "/name" on Docker).
+pub fn parse_list(body: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let list = v.as_array().ok_or("not a list")?;
+    Ok(list
+        .iter()
+        .filter_map(|c| {
+            let id = c.get("Id")?.as_str()?;
+            let name = c.get("Names")?.as_array()?.first()?.as_str()?.trim_start_matches('/');
+            (!id.is_empty() && !name.is_empty()).then(|| (id.to_string(), name.to_string()))
+        })
+        .collect())
 }
 
 /// Longest OCI spec read: a few KiB, tens with many mounts and annotations.
@@ -255,6 +283,13 @@ impl Drop for Resolver {
     }
 }
 
+/// A container resolved through an Engine API, whose name is checked again at each refresh.
+struct Followed {
+    which: Which,
+    id: String,
+    meta: Weak<ContainerMeta>,
+}
+
 fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, said: Arc<Mutex<Vec<String>>>) {
     let mut told: Vec<Which> = Vec::new();
     let mut say = |which: Which, line: String| {
@@ -263,13 +298,24 @@ fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, 
             said.lock().unwrap_or_else(|p| p.into_inner()).push(line);
         }
     };
-    while let Ok(a) = rx.recv() {
+    let mut followed: Vec<Followed> = Vec::new();
+    let mut next_refresh = Instant::now() + REFRESH;
+    loop {
+        let a = match rx.recv_timeout(next_refresh.saturating_duration_since(Instant::now())) {
+            Ok(a) => a,
+            Err(RecvTimeoutError::Timeout) => {
+                refresh(&mut followed, &docker, &podman);
+                next_refresh = Instant::now() + REFRESH;
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let api = match a.which {
             Which::Docker => &docker,
             Which::Podman => &podman,
             Which::Cri => {
                 // The bundle is written before the container's cgroup exists; one retry all
-                // the same (CRI-O's may lag on a loaded node).
+                // the same (CRI-O's may lag on a loaded node). A pod's names never change.
                 let mut r = cri.inspect(&a.id);
                 if matches!(r, Ok(None)) {
                     std::thread::sleep(Duration::from_millis(100));
@@ -277,7 +323,7 @@ fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, 
                 }
                 match r {
                     Ok(Some(m)) => {
-                        let _ = a.meta.runtime.set(m);
+                        a.meta.runtime.set(m);
                     }
                     Ok(None) => say(
                         Which::Cri,
@@ -301,7 +347,8 @@ fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, 
         }
         match r {
             Ok(m) => {
-                let _ = a.meta.runtime.set(m);
+                a.meta.runtime.set(m);
+                followed.push(Followed { which: a.which, id: a.id, meta: Arc::downgrade(&a.meta) });
             }
             // Said once per runtime: unreachable (not installed, API off, no permission),
             // or answering what we cannot use.
@@ -311,6 +358,28 @@ fn serve(rx: Receiver<Ask>, docker: EngineApi, podman: EngineApi, cri: Bundles, 
                     _ => format!("{} container {} by id only: {e}", api.runtime, a.id),
                 };
                 say(a.which, line);
+            }
+        }
+    }
+}
+
+/// Renames: each runtime with followed containers lists its containers once, and a followed
+/// container whose name changed gets the new one. Containers gone from cachescope are
+/// dropped; a runtime that does not answer now is asked again at the next refresh.
+fn refresh(followed: &mut Vec<Followed>, docker: &EngineApi, podman: &EngineApi) {
+    followed.retain(|f| f.meta.strong_count() > 0);
+    for (which, api) in [(Which::Docker, docker), (Which::Podman, podman)] {
+        if !followed.iter().any(|f| f.which == which) {
+            continue;
+        }
+        let Ok(list) = api.names() else { continue };
+        let names: std::collections::HashMap<String, String> = list.into_iter().collect();
+        for f in followed.iter().filter(|f| f.which == which) {
+            let (Some(meta), Some(name)) = (f.meta.upgrade(), names.get(&f.id)) else { continue };
+            if meta.name() != Some(name.as_str()) {
+                let mut m = meta.runtime.get().cloned().unwrap_or_default();
+                m.name = Some(name.clone());
+                meta.runtime.set(m);
             }
         }
     }

@@ -121,3 +121,53 @@ fn cri_identity_from_oci_bundles() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     assert_eq!(b.inspect(fifo_id).unwrap(), None);
 }
+
+#[test]
+fn list_fields() {
+    let list = br#"[{"Id":"1762453feaf6","Names":["/web-1"],"Image":"shop/web:2"},{"Id":"99","Names":[]},{"Id":"7a","Names":["db"]}]"#;
+    let v = parse_list(list).unwrap();
+    assert_eq!(v, [("1762453feaf6".to_string(), "web-1".to_string()), ("7a".into(), "db".into())]);
+    assert!(parse_list(b"{}").is_err());
+}
+
+/// An Engine API that answers every request: the inspect above for an inspect, and the list
+/// in `names` (changed by the test) for a list.
+fn serve_many(dir: &tempfile::TempDir, names: Arc<Mutex<String>>) -> PathBuf {
+    let p = dir.path().join("api.sock");
+    let l = UnixListener::bind(&p).unwrap();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut head = [0u8; 1024];
+            let n = s.read(&mut head).unwrap_or(0);
+            let head = String::from_utf8_lossy(&head[..n]).to_string();
+            let body = if head.starts_with("GET /containers/json") {
+                format!(r#"[{{"Id":"1762453feaf6","Names":["/{}"]}}]"#, names.lock().unwrap())
+            } else {
+                INSPECT.to_string()
+            };
+            let _ = s.write_all(format!("HTTP/1.0 200 OK\r\n\r\n{body}").as_bytes());
+        }
+    });
+    p
+}
+
+#[test]
+fn a_rename_reaches_every_holder_at_the_next_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = Arc::new(Mutex::new("web-1".to_string()));
+    let api = EngineApi { runtime: "Docker", socket: serve_many(&dir, names.clone()) };
+    let r = Resolver::start(api.clone(), api, Bundles { templates: vec![] });
+    let meta = Arc::new(ContainerMeta { id: "1762453feaf6".into(), ..Default::default() });
+    r.ask(Which::Docker, "1762453feaf6", meta.clone());
+    let until = |want: &str| {
+        let deadline = Instant::now() + REFRESH * 4;
+        while meta.name() != Some(want) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        meta.name().map(String::from)
+    };
+    assert_eq!(until("web-1").as_deref(), Some("web-1"));
+    *names.lock().unwrap() = "web-renamed".into();
+    assert_eq!(until("web-renamed").as_deref(), Some("web-renamed"), "followed within {:?}", REFRESH * 4);
+    assert_eq!(meta.pod_name(), Some("web-0"), "the rest of what the runtime said stays");
+}
