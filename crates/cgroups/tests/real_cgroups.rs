@@ -255,3 +255,45 @@ fn past_the_watch_limit_nothing_escapes() {
     assert_eq!((e.kind, e.container.cgroup_path), (Lifecycle::Started, format!("a/b/c/{later}")));
     w.stop().unwrap();
 }
+
+/// Two cgroups whose names carry the same runtime id (a container id reused under two
+/// parents): the first in path order keeps the bare id, the other gets `id@path`, the same in
+/// every run whatever order the directories were made in.
+#[test]
+fn a_shared_runtime_id_gets_the_same_suffix_in_every_run() {
+    use cachescope_cgroups::source::HostContainers;
+    use cachescope_engine::{Change, ContainerSource};
+    let Some(t) = TestRoot::new("dupid") else { return };
+    let h = Hierarchy::find(Path::new("/proc")).unwrap();
+    let id = format!("{:0>64x}", u128::from(std::process::id()) << 32 | 0xd0b1e);
+    // Made in reverse order of their paths.
+    for parent in ["b", "a"] {
+        std::fs::create_dir_all(t.0.join(parent).join(format!("docker-{id}.scope"))).unwrap();
+    }
+    let run = || {
+        let mut src = HostContainers::start(&h, Vec::new()).unwrap();
+        let mut ids: BTreeMap<String, String> = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while ids.len() < 2 && Instant::now() < deadline {
+            let mut out = Vec::new();
+            src.poll(Duration::ZERO, &mut out).unwrap();
+            for ch in out {
+                if let Change::Started(c) = ch {
+                    if c.meta.id.starts_with(&id) {
+                        ids.insert(c.meta.cgroup_path.clone(), c.meta.id.clone());
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ids
+    };
+    let first = run();
+    assert_eq!(first.len(), 2, "{first:?}");
+    let rel = t.0.strip_prefix(&h.root).unwrap().to_str().unwrap().to_string();
+    let a = format!("{rel}/a/docker-{id}.scope");
+    let b = format!("{rel}/b/docker-{id}.scope");
+    assert_eq!(first[&a], id, "{first:?}");
+    assert_eq!(first[&b], format!("{id}@{b}"), "{first:?}");
+    assert_eq!(run(), first, "the same in a second run");
+}

@@ -204,9 +204,9 @@ impl Common {
 
     /// The PMU source for real containers, or why there is none. `domain_of[cpu]`: the
     /// domain each CPU's counts are charged to (host L3 ids, or emulated domain indexes).
-    fn pmu(&self, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> Result<PmuColumns, String> {
+    fn pmu(&self, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> Result<PmuColumns, NoPmu> {
         let choice = match self.pmu {
-            PmuArg::Off => return Err("off: --pmu off".into()),
+            PmuArg::Off => return Err(NoPmu::Off),
             PmuArg::Auto => Choice::Auto,
             PmuArg::Bpf => Choice::Bpf,
             PmuArg::Perf => Choice::Perf,
@@ -215,7 +215,7 @@ impl Common {
         let cpus: Vec<usize> = topo.online_cpus().map(|c| c as usize).collect();
         let max = cpus.iter().copied().max().unwrap_or(0);
         let map = (0..=max).map(|c| domain_of(c as u32)).collect();
-        PmuColumns::start(host_cpu().as_ref(), &cpus, map, choice).map_err(|e| format!("off: {e}"))
+        PmuColumns::start(host_cpu().as_ref(), &cpus, map, choice).map_err(|e| NoPmu::Failed(e.to_string()))
     }
 
     fn cgroup_v2(&self, what: &str) -> Result<Hierarchy, CliError> {
@@ -227,6 +227,25 @@ impl Common {
             )));
         }
         Ok(h)
+    }
+}
+
+/// Why a run has no PMU columns.
+#[derive(Debug)]
+enum NoPmu {
+    /// `--pmu off`.
+    Off,
+    /// No source could start: why.
+    Failed(String),
+}
+
+impl std::fmt::Display for NoPmu {
+    /// As the file metadata (`cachescope.pmu`) and stderr say it: "off: " and the reason.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoPmu::Off => write!(f, "off: --pmu off"),
+            NoPmu::Failed(why) => write!(f, "off: {why}"),
+        }
     }
 }
 
@@ -244,13 +263,13 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
             }
             Ok((Some(Box::new(p)), d))
         }
-        Err(why) if matches!(args.pmu, PmuArg::Bpf | PmuArg::Perf) => {
+        Err(NoPmu::Failed(why)) if matches!(args.pmu, PmuArg::Bpf | PmuArg::Perf) => {
             let named = if args.pmu == PmuArg::Bpf { "bpf" } else { "perf" };
-            Err(CliError::unavailable(format!("--pmu {named}: {}", why.trim_start_matches("off: "))))
+            Err(CliError::unavailable(format!("--pmu {named}: {why}")))
         }
-        Err(why) => {
-            cachescope_platform::say!("PMU columns: {why}");
-            Ok((None, why))
+        Err(no) => {
+            cachescope_platform::say!("PMU columns: {no}");
+            Ok((None, no.to_string()))
         }
     }
 }

@@ -100,3 +100,27 @@ impl Clock {
         Some(w)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A ticker whose descriptor stops answering ends the run with the reason, never as if
+    /// the run had been asked to stop.
+    #[test]
+    fn a_failing_ticker_is_reported_not_taken_for_a_stop() {
+        let mut c = Clock::new(Duration::from_millis(1), None, false, Arc::new(AtomicBool::new(false))).unwrap();
+        assert!(c.wait().is_some());
+        let ticker = c.ticker.as_ref().unwrap();
+        // A descriptor open for writing only: its reads fail with EBADF.
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+        // SAFETY: both descriptors are open and owned here (the ticker's stays open, now a
+        // duplicate of /dev/null's).
+        assert!(unsafe { libc::dup2(null.as_raw_fd(), ticker.raw_fd()) } >= 0);
+        assert_eq!(c.wait(), None);
+        let e = c.take_failure().expect("the ticker's failure is kept for the run to report");
+        assert!(e.to_string().contains("Bad file descriptor"), "{e}");
+        assert_eq!(c.wait(), None, "and the clock stays stopped");
+    }
+}

@@ -77,6 +77,12 @@ impl Ticker {
         self.start
     }
 
+    /// The timerfd (tests break it to see a failure reported).
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Time since the ticker started.
     pub fn elapsed(&self) -> Duration {
         monotonic().saturating_sub(self.start)
