@@ -58,6 +58,10 @@ impl Drop for TestRoot {
     }
 }
 
+/// Held by the tests that count this process's descriptors and by those that hold many
+/// for a while (tests run as threads of one process).
+static FDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -137,6 +141,7 @@ fn watcher_reports_start_and_stop() {
 #[test]
 fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
     let Some(root) = TestRoot::new("churn") else { return };
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
     let fds_before = fd_count();
     let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_millis(200)).unwrap();
@@ -264,6 +269,7 @@ fn a_shared_runtime_id_gets_the_same_suffix_in_every_run() {
     use cachescope_cgroups::source::HostContainers;
     use cachescope_engine::{Change, ContainerSource};
     let Some(t) = TestRoot::new("dupid") else { return };
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     let h = Hierarchy::find(Path::new("/proc")).unwrap();
     let id = format!("{:0>64x}", u128::from(std::process::id()) << 32 | 0xd0b1e);
     // Made in reverse order of their paths.

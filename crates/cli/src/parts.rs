@@ -258,7 +258,8 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
     match args.pmu(topo, domain_of) {
         Ok(p) => {
             let d = p.describe();
-            if d.contains("no PMU") {
+            // Only CPU time is counted: say why the PMU columns stay null.
+            if !p.counted().pmu.iter().any(|&counted| counted) {
                 cachescope_platform::say!("PMU columns: {d}");
             }
             Ok((Some(Box::new(p)), d))
