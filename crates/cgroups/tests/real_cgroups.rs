@@ -58,8 +58,8 @@ impl Drop for TestRoot {
     }
 }
 
-/// Held by the tests that count this process's descriptors and by those that hold many
-/// for a while (tests run as threads of one process).
+/// Every test of this file holds it: one counts the process's descriptors, and the others
+/// open watchers and sockets (tests run as threads of one process).
 static FDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn fd_count() -> usize {
@@ -68,6 +68,7 @@ fn fd_count() -> usize {
 
 #[test]
 fn discovers_identity_cgroup_id_and_threads() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(root) = TestRoot::new("disc") else { return };
     let uid = "8e2f6a3c_1b4d_4e5f_9a0b_1c2d3e4f5a6b";
     let docker = format!("system.slice/docker-{ID}.scope");
@@ -115,6 +116,7 @@ fn collect(
 
 #[test]
 fn watcher_reports_start_and_stop() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(root) = TestRoot::new("watch") else { return };
     std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
     let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_secs(3600)).unwrap();
@@ -140,8 +142,8 @@ fn watcher_reports_start_and_stop() {
 
 #[test]
 fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
-    let Some(root) = TestRoot::new("churn") else { return };
     let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(root) = TestRoot::new("churn") else { return };
     std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
     let fds_before = fd_count();
     let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_millis(200)).unwrap();
@@ -215,6 +217,7 @@ fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
 /// the nearest enclosing container.
 #[test]
 fn nested_containers_own_their_threads() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     use cachescope_cgroups::sandbox::Sandbox;
     let mut sb = match Sandbox::for_host("cachescope-nested-threads") {
         Ok(s) => s,
@@ -244,6 +247,7 @@ fn nested_containers_own_their_threads() {
 /// what it could not watch.
 #[test]
 fn past_the_watch_limit_nothing_escapes() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     let Some(root) = TestRoot::new("limit") else { return };
     let deep = root.0.join("a/b/c");
     std::fs::create_dir_all(&deep).unwrap();
@@ -266,10 +270,10 @@ fn past_the_watch_limit_nothing_escapes() {
 /// every run whatever order the directories were made in.
 #[test]
 fn a_shared_runtime_id_gets_the_same_suffix_in_every_run() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     use cachescope_cgroups::source::HostContainers;
     use cachescope_engine::{Change, ContainerSource};
     let Some(t) = TestRoot::new("dupid") else { return };
-    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
     let h = Hierarchy::find(Path::new("/proc")).unwrap();
     let id = format!("{:0>64x}", u128::from(std::process::id()) << 32 | 0xd0b1e);
     // Made in reverse order of their paths.
