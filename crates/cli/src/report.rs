@@ -53,8 +53,9 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
         }
         std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("--svg {}: {e}", dir.display())))?;
         for (name, _, svg) in html::charts(&report) {
-            write(&dir.join(&name), &svg)?;
-            written.push(dir.join(name));
+            let path = dir.join(name);
+            write(&path, &svg)?;
+            written.push(path);
         }
     }
     if let Some(path) = &args.html {

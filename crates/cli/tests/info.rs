@@ -3,13 +3,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+
+use common::{bin, files_with_ext};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("spawn cachescope")
@@ -22,14 +21,7 @@ fn json(args: &[&str]) -> Value {
 }
 
 fn vectors() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cpuid");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    v.sort();
-    v
+    files_with_ext(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/cpuid"), "json")
 }
 
 /// The keys and types of docs/cli.md, checked exactly (extra keys are allowed).

@@ -2,12 +2,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
+mod common;
+
+use common::bin;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
 
 fn scenario() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml").to_str().unwrap().to_string()

@@ -8,17 +8,13 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use common::{docker, parquet_files, sandbox};
+use common::{bin, docker, parquet_files, sandbox};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cachescope"))
-}
 
 /// One container per domain with simple known answers: `solo` (8 MiB, 1000 MB/s, 75 % local)
 /// alone on domain 0 from 0 to 1500 ms; `late` (4 MiB, 200 MB/s) on domain 1 from 500 ms.

@@ -15,15 +15,20 @@ pub fn scenario() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/noisy-neighbour.toml")
 }
 
-/// The finished Parquet files in `dir`, sorted.
-pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+/// The files in `dir` whose extension is `ext`, sorted.
+pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
         .collect();
     v.sort();
     v
+}
+
+/// The finished Parquet files in `dir`, sorted.
+pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, "parquet")
 }
 
 /// `docker`, as a command; its output when it succeeds.
