@@ -9,7 +9,7 @@ set -euo pipefail
 secs=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(cpuid_vector scenario cgroup_path kernel_text report_parquet http_head kmod_records)
+[ ${#targets[@]} -gt 0 ] || targets=(cpuid_vector scenario cgroup_path kernel_text report_parquet http_head kmod_records recover)
 cd "$(dirname "$0")/.."
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "fuzz: skipped: no nightly toolchain (libFuzzer's instrumentation needs it)"

@@ -232,3 +232,93 @@ pub fn kmod_records(data: &[u8]) {
     }
     drain(&mut b, u64::MAX / 2);
 }
+
+/// A recording a crash left (its partial file and journal, 4 row groups of 3 rows), made
+/// once per process, and the (time, container) of every row in it.
+fn crashed_recording() -> Option<&'static (Vec<u8>, Vec<u8>, std::collections::BTreeSet<(i64, String)>)> {
+    use cachescope_engine::row::{Pmu, Row, Status};
+    use cachescope_sinks::parquet::{Options, ParquetSink};
+    static MADE: std::sync::OnceLock<Option<(Vec<u8>, Vec<u8>, std::collections::BTreeSet<(i64, String)>)>> =
+        std::sync::OnceLock::new();
+    MADE.get_or_init(|| {
+        let dir = scratch("recording");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut sink = ParquetSink::new(Options::new(dir.clone(), "fuzz".into())).ok()?;
+        let mut keys = std::collections::BTreeSet::new();
+        for t in 1..=4i64 {
+            let rows: Vec<Row> = (0..3)
+                .map(|c| Row {
+                    time_ns: 1_700_000_000_000_000_000 + t * 1_000_000,
+                    interval_ns: 1_000_000,
+                    container: ContainerMeta::named(&format!("c{c}")),
+                    domain: 0,
+                    rmid: Some(c),
+                    llc_occupancy_bytes: Some(u64::from(c) << 16),
+                    mbm_total_bytes: Some(64),
+                    mbm_local_bytes: None,
+                    pmu: Pmu::default(),
+                    cpu_ns: None,
+                    status: Status::Ok,
+                })
+                .collect();
+            keys.extend(rows.iter().map(|r| (r.time_ns, r.container.id.clone())));
+            sink.push(rows);
+            sink.flush(std::time::Instant::now()).ok()?;
+        }
+        // A crash: nothing finished, the files as they are.
+        std::mem::forget(sink);
+        let partial = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).find(|p| {
+            p.to_string_lossy().ends_with(".parquet.partial")
+        })?;
+        let mut journal = partial.clone().into_os_string();
+        journal.push(".footer");
+        let out = (std::fs::read(&partial).ok()?, std::fs::read(journal).ok()?, keys);
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(out)
+    })
+    .as_ref()
+}
+
+/// Recovery after a crash, of a partial file and journal damaged as the input says: 6 bytes
+/// per change (which file and how: cut, flip or insert; a byte; where). Whatever the damage,
+/// recovery must not fail on it, and every row a recovered file gives must be one that was
+/// recorded.
+pub fn recover(data: &[u8]) {
+    let Some((d, j, keys)) = crashed_recording() else { return };
+    let (mut d, mut j) = (d.clone(), j.clone());
+    for op in data.chunks_exact(6) {
+        let f = if op[0] & 1 == 0 { &mut d } else { &mut j };
+        let at = u32::from_le_bytes([op[2], op[3], op[4], op[5]]) as usize % (f.len() + 1);
+        match (op[0] >> 1) & 3 {
+            0 => f.truncate(at),
+            3 => f.insert(at, op[1]),
+            _ if at < f.len() => f[at] ^= op[1] | 1,
+            _ => {}
+        }
+    }
+    let dir = scratch("recover");
+    let _ = std::fs::remove_dir_all(&dir);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let partial = dir.join("cachescope-fuzz-20260101T000000Z-1-0001.parquet.partial");
+    let mut journal = partial.clone().into_os_string();
+    journal.push(".footer");
+    if std::fs::write(&partial, &d).is_err() || std::fs::write(&journal, &j).is_err() {
+        return;
+    }
+    let got = cachescope_sinks::parquet::recover_dir(&dir).expect("recovery of a damaged file fails only on I/O");
+    for r in got {
+        if let cachescope_sinks::parquet::Recovery::Recovered { path, rows, .. } = r {
+            let mut seen = 0;
+            cachescope_sinks::report::stream(std::slice::from_ref(&path), &mut |id, _, p| {
+                assert!(keys.contains(&(p.time_ns, id.to_string())), "a row that was never recorded: {id} {}", p.time_ns);
+                assert_eq!(p.mbm_total, Some(64), "a value that was never recorded");
+                seen += 1;
+            })
+            .expect("a recovered file reads");
+            assert_eq!(seen, rows, "the rows recovery counted are the rows read");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

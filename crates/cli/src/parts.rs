@@ -673,7 +673,11 @@ fn sinks(
             rotate_now: Some(rotate.clone()),
             ..o
         };
-        record = Some(RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?);
+        let sink = RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
+        for r in sink.recovered() {
+            cachescope_platform::say!("{r}");
+        }
+        record = Some(sink);
     }
     // Without a terminal view (record, serve): progress lines on stderr.
     if outs.terminal.is_none() {

@@ -34,7 +34,13 @@ pub fn check_file(path: &Path) -> Result<(), String> {
     let mut meta = vec![0u8; n as usize];
     f.seek(SeekFrom::Start(len - 8 - n)).map_err(|e| e.to_string())?;
     f.read_exact(&mut meta).map_err(|e| e.to_string())?;
-    let mut r = Reader { b: &meta, at: 0 };
+    check_meta(&meta)
+}
+
+/// Why the Thrift-encoded file metadata `meta` (a footer without its length and magic) is
+/// refused.
+pub fn check_meta(meta: &[u8]) -> Result<(), String> {
+    let mut r = Reader { b: meta, at: 0 };
     r.structure(0).map_err(|why| format!("malformed footer at byte {}: {why}", r.at))
 }
 

@@ -1,18 +1,21 @@
 //! Parquet files per docs/data.md.
 //!
 //! Life of a file: it is written as `NAME.parquet.partial`; every flush (at most
-//! `flush_every`, 5 s by default, or every `flush_rows` rows) closes a row group, and then a checkpoint footer for the row
-//! groups so far is written beside it (`NAME.parquet.partial.footer`: the data length, then a
-//! complete Parquet footer). At rotation (size or age) or on shutdown the real footer is
-//! written and the file renamed to `NAME.parquet`. After a crash, [`recover_dir`] truncates a
-//! partial file to its last checkpoint and appends the checkpoint footer, so a crash loses at
-//! most one flush interval.
+//! `flush_every`, 5 s by default, or every `flush_rows` rows) closes a row group, syncs it,
+//! and then appends an entry for it to a checkpoint journal beside it
+//! (`NAME.parquet.partial.footer`, [`recover`]). At rotation (size or age) or on shutdown the
+//! real footer is written and the file renamed to `NAME.parquet`. After a crash, [`recover_dir`]
+//! appends a footer made of the journal's entries that verify, so a crash loses at most one
+//! flush interval, and damage costs only the row groups it touches.
 //!
 //! Write failures (disk full, directory gone) do not lose accepted rows: the batch that could
 //! not be written stays in memory (up to `max_pending_bytes`, oldest dropped and counted beyond
 //! that), the broken file is cut back to its last good row group and closed, and writing is
 //! retried on a new file at the next flush.
 
+mod recover;
+
+pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
 use crate::SinkError;
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
@@ -20,21 +23,18 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use cachescope_engine::row::Row;
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter};
+use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use std::collections::VecDeque;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use recover::{final_path, footer_path, sync_dir, Cause, Journal, PARTIAL};
+use std::fs::{self, File};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const SCHEMA_VERSION: &str = "3";
-const PARTIAL: &str = ".parquet.partial";
-const FOOTER: &str = ".parquet.partial.footer";
-/// A checkpoint footer being written (renamed over FOOTER when complete).
-const TMP: &str = ".parquet.partial.tmp";
 
 /// The time zone of the timestamp columns: instants, as CLOCK_REALTIME.
 const UTC: &str = "UTC";
@@ -212,6 +212,9 @@ struct Open {
     partial: PathBuf,
     /// Bytes of the file that hold complete row groups.
     good_len: u64,
+    /// Where the journal's last entry ends in the file: what a crash would keep.
+    journaled: u64,
+    journal: Option<Journal>,
 }
 
 pub struct ParquetSink {
@@ -223,8 +226,11 @@ pub struct ParquetSink {
     pending_bytes: usize,
     buffer: Vec<Row>,
     file: Option<Open>,
-    /// Abandoned partial files whose recovery has not succeeded yet.
-    unrecovered: Vec<PathBuf>,
+    /// Abandoned partial files whose recovery has not succeeded yet, with the length their
+    /// journal vouches for.
+    unrecovered: Vec<(PathBuf, u64)>,
+    /// What recovery found when the sink started.
+    recovered: Vec<Recovery>,
     seq: u64,
     last_flush: Instant,
     /// When the first row of the file being filled was accepted: rotation counts from there,
@@ -339,7 +345,7 @@ impl ParquetSink {
         // Before anything in the directory is touched: a second recorder would rename the
         // first one's live file as if a crash had left it.
         let lock = lock_dir(&opts.dir)?;
-        recover_dir(&opts.dir)?;
+        let recovered = recover_dir(&opts.dir)?;
         let schema = schema();
         let mut kv = vec![KeyValue::new("cachescope.schema_version".into(), SCHEMA_VERSION.to_string())];
         kv.extend(opts.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
@@ -368,6 +374,7 @@ impl ParquetSink {
             buffer: Vec::new(),
             file: None,
             unrecovered: Vec::new(),
+            recovered,
             seq: 0,
             last_flush: Instant::now(),
             file_since: None,
@@ -458,21 +465,25 @@ impl ParquetSink {
             }
             let (Some(f), Some(batch)) = (self.file.as_mut(), self.pending.front()) else { break };
             let n = batch.num_rows() as u64;
+            let what = || format!("writing {}", f.partial.display());
+            // Synced before the journal names it: an entry never describes bytes a power
+            // loss could take back.
             let written = f
                 .writer
                 .write(batch)
                 .and_then(|_| f.writer.flush())
-                .map_err(pq(format!("writing {}", f.partial.display())))
-                .and_then(|_| f.writer.sync().map_err(io(format!("writing {}", f.partial.display()))));
+                .map_err(pq(what()))
+                .and_then(|_| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(io(what())));
             if let Err(e) = written {
                 self.abandon();
                 return Err(e);
             }
+            let start = f.good_len;
             f.good_len = f.writer.bytes_written() as u64;
-            // The batch leaves memory only once a crash could not lose it: after a fresh
-            // checkpoint, or else after the file is closed with its real footer. If both fail,
-            // the file falls back to the previous checkpoint and the batch stays pending.
-            if self.checkpoint().is_err() {
+            // The batch leaves memory only once a crash could not lose it: after its journal
+            // entry, or else after the file is closed with its real footer. If both fail, the
+            // file falls back to the journal and the batch stays pending.
+            if self.checkpoint(start).is_err() {
                 self.close_file()?;
             }
             let size = self.pending_bytes;
@@ -497,56 +508,41 @@ impl ParquetSink {
         self.seq += 1;
         let name = format!("cachescope-{}-{}Z-{}-{:04}", self.opts.host, utc_stamp(secs), std::process::id(), self.seq);
         let partial = self.opts.dir.join(format!("{name}{PARTIAL}"));
-        let file = File::create(&partial).map_err(io(format!("creating {}", partial.display())))?;
+        // Readable too: each row group's bytes are read back for the journal's checksum.
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&partial)
+            .map_err(io(format!("creating {}", partial.display())))?;
         let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
             .map_err(pq(format!("starting {}", partial.display())))?;
-        self.file = Some(Open { writer, partial, good_len: 4 });
+        self.file = Some(Open { writer, partial, good_len: 4, journaled: 4, journal: None });
         Ok(())
     }
 
-    /// The footer the file would have if it ended after its last complete row group.
-    fn footer_bytes(&self, f: &Open) -> Result<Vec<u8>, SinkError> {
-        let rgs = f.writer.flushed_row_groups().to_vec();
-        let rows = rgs.iter().map(|r| r.num_rows()).sum();
-        let descr = ArrowSchemaConverter::new().convert(&self.schema).map_err(pq("schema"))?;
-        let meta = FileMetaData::new(
-            1,
-            rows,
-            Some(format!("cachescope {} (recovered)", env!("CARGO_PKG_VERSION"))),
-            self.props.key_value_metadata().cloned(),
-            Arc::new(descr),
-            None,
-        );
-        let md = ParquetMetaData::new(meta, rgs);
-        let mut buf = Vec::new();
-        ParquetMetaDataWriter::new(&mut buf, &md).finish().map_err(pq("checkpoint footer"))?;
-        Ok(buf)
+    /// Append the journal entry of the row group just written at `start..good_len`.
+    fn checkpoint(&mut self, start: u64) -> Result<(), SinkError> {
+        let Some(f) = &mut self.file else { return Ok(()) };
+        let Some(rg) = f.writer.flushed_row_groups().last().cloned() else { return Ok(()) };
+        let footer = footer_bytes(&self.schema, &self.props, vec![rg])?;
+        let journal = match f.journal.as_mut() {
+            Some(j) => j,
+            None => f.journal.insert(Journal::create(&f.partial)?),
+        };
+        journal.append(f.writer.inner(), start, f.good_len, &footer)?;
+        f.journaled = f.good_len;
+        Ok(())
     }
 
-    /// Write `NAME.parquet.partial.footer` (data length, then footer) atomically: the old
-    /// checkpoint stays valid until the new one replaces it.
-    fn checkpoint(&self) -> Result<(), SinkError> {
-        let Some(f) = &self.file else { return Ok(()) };
-        let path = footer_path(&f.partial);
-        let tmp = path.with_extension("tmp");
-        let mut out = f.good_len.to_le_bytes().to_vec();
-        out.extend_from_slice(&self.footer_bytes(f)?);
-        let done = fs::write(&tmp, &out).and_then(|()| fs::rename(&tmp, &path));
-        if done.is_err() {
-            // A disk that is full leaves no half-written checkpoint behind.
-            let _ = fs::remove_file(&tmp);
-        }
-        done.map_err(io(format!("writing the checkpoint {}", tmp.display())))
-    }
-
-    /// A write failed: the checkpoint on disk describes exactly the complete row groups (it is
-    /// written after each one), so cut the file back to it and close it that way (or delete
-    /// it when it has none). The failed batch is still pending.
+    /// A write failed: cut the file back to what its journal describes and close it that way
+    /// (or delete it when that is nothing). The failed batch is still pending.
     fn abandon(&mut self) {
         let Some(f) = self.file.take() else { return };
-        let partial = f.partial.clone();
+        let (partial, keep) = (f.partial.clone(), f.journaled);
         drop(f);
-        self.unrecovered.push(partial);
+        self.unrecovered.push((partial, keep));
         self.retry_recovery();
     }
 
@@ -554,11 +550,11 @@ impl ParquetSink {
     /// either) is retried at the next flush.
     fn retry_recovery(&mut self) {
         let mut left = Vec::new();
-        for p in std::mem::take(&mut self.unrecovered) {
-            match recover_file(&p) {
-                Ok(Some(_)) => self.with_stats(|s| s.files_closed += 1),
-                Ok(None) => {}
-                Err(_) => left.push(p),
+        for (p, keep) in std::mem::take(&mut self.unrecovered) {
+            match recover::recover(&p, Cause::Abandoned { keep }) {
+                Ok(Recovery::Recovered { .. }) => self.with_stats(|s| s.files_closed += 1),
+                Ok(_) => {}
+                Err(_) => left.push((p, keep)),
             }
         }
         self.unrecovered = left;
@@ -568,18 +564,20 @@ impl ParquetSink {
         let Some(mut f) = self.file.take() else { return Ok(()) };
         // Rows accepted from now on start the next file's clock.
         self.file_since = (!self.buffer.is_empty() || !self.pending.is_empty()).then(Instant::now);
-        let finished = f.writer.finish();
-        let partial = f.partial.clone();
+        let finished = f.writer.finish().map_err(|e| e.to_string()).and_then(|_| {
+            f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(|e| e.to_string())
+        });
+        let (partial, keep) = (f.partial.clone(), f.journaled);
+        drop(f);
         if let Err(e) = finished {
-            drop(f);
-            // The footer could not be written: fall back to the last checkpoint.
-            self.unrecovered.push(partial.clone());
+            // The footer could not be written: fall back to the journal.
+            self.unrecovered.push((partial.clone(), keep));
             self.retry_recovery();
             return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
         }
-        drop(f);
         let done = final_path(&partial);
         fs::rename(&partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+        sync_dir(&self.opts.dir)?;
         let _ = fs::remove_file(footer_path(&partial));
         let size = fs::metadata(&done).map_or(0, |m| m.len());
         self.with_stats(|s| {
@@ -598,81 +596,35 @@ impl ParquetSink {
         let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         r.and(c).map(|_| stats)
     }
-}
 
-fn footer_path(partial: &Path) -> PathBuf {
-    let mut s = partial.as_os_str().to_owned();
-    s.push(".footer");
-    PathBuf::from(s)
-}
-
-fn final_path(partial: &Path) -> PathBuf {
-    let s = partial.to_string_lossy();
-    PathBuf::from(s.strip_suffix(".partial").unwrap_or(&s).to_string())
-}
-
-/// Make a crashed partial file valid: truncate it to its last checkpoint and append the
-/// checkpoint footer. Without a checkpoint (no complete row group) it is removed.
-pub fn recover_file(partial: &Path) -> Result<Option<PathBuf>, SinkError> {
-    let fpath = footer_path(partial);
-    let mut raw = Vec::new();
-    match File::open(&fpath) {
-        Ok(mut f) => {
-            f.read_to_end(&mut raw).map_err(io(format!("reading {}", fpath.display())))?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::remove_file(partial).map_err(io(format!("removing {}", partial.display())))?;
-            return Ok(None);
-        }
-        Err(e) => return Err(io(format!("reading {}", fpath.display()))(e)),
+    /// What was found in the directory when the sink started: files a crash left, recovered.
+    pub fn recovered(&self) -> &[Recovery] {
+        &self.recovered
     }
-    let (len, footer) =
-        raw.split_at_checked(8).ok_or_else(|| SinkError::Parquet(format!("{}: truncated", fpath.display())))?;
-    let mut lb = [0u8; 8];
-    lb.copy_from_slice(len);
-    let len = u64::from_le_bytes(lb);
-    let mut f = OpenOptions::new().write(true).open(partial).map_err(io(format!("opening {}", partial.display())))?;
-    f.set_len(len).map_err(io(format!("truncating {}", partial.display())))?;
-    f.seek(SeekFrom::Start(len)).map_err(io(format!("seeking {}", partial.display())))?;
-    f.write_all(footer).map_err(io(format!("writing footer to {}", partial.display())))?;
-    f.sync_all().map_err(io(format!("syncing {}", partial.display())))?;
-    let done = final_path(partial);
-    fs::rename(partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
-    let _ = fs::remove_file(&fpath);
-    Ok(Some(done))
 }
 
-/// Recover every partial file in `dir` (see [`recover_file`]); returns the files made valid.
-pub fn recover_dir(dir: &Path) -> Result<Vec<PathBuf>, SinkError> {
-    let mut out = Vec::new();
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) => return Err(io(format!("reading {}", dir.display()))(e)),
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.to_string_lossy().ends_with(PARTIAL) {
-            if let Some(done) = recover_file(&p)? {
-                out.push(done);
-            }
-        } else if p.to_string_lossy().ends_with(TMP) {
-            // A checkpoint that was being written when the process died.
-            let _ = fs::remove_file(&p);
-        } else if p.to_string_lossy().ends_with(FOOTER) {
-            // A checkpoint whose data file is gone.
-            let data = PathBuf::from(p.to_string_lossy().trim_end_matches(".footer").to_string());
-            if !data.exists() {
-                let _ = fs::remove_file(&p);
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
+/// A footer (metadata, length, magic) for the row groups `rgs` of a file of `schema`.
+fn footer_bytes(schema: &SchemaRef, props: &WriterProperties, rgs: Vec<RowGroupMetaData>) -> Result<Vec<u8>, SinkError> {
+    let rows = rgs.iter().map(|r| r.num_rows()).sum();
+    let descr = ArrowSchemaConverter::new().convert(schema).map_err(pq("schema"))?;
+    let meta = FileMetaData::new(
+        1,
+        rows,
+        Some(format!("cachescope {} (recovered)", env!("CARGO_PKG_VERSION"))),
+        props.key_value_metadata().cloned(),
+        Arc::new(descr),
+        None,
+    );
+    let md = ParquetMetaData::new(meta, rgs);
+    let mut buf = Vec::new();
+    ParquetMetaDataWriter::new(&mut buf, &md).finish().map_err(pq("checkpoint footer"))?;
+    Ok(buf)
 }
 
 /// The sink on its own thread: rows arrive over a channel, flushes happen on time even when
 /// no rows come. Dropping the sender closes the file.
 pub struct Recorder {
+    recovered: Vec<Recovery>,
     tx: Option<std::sync::mpsc::Sender<Vec<Row>>>,
     thread: Option<std::thread::JoinHandle<Result<Stats, SinkError>>>,
     stats: Arc<Mutex<Stats>>,
@@ -681,6 +633,7 @@ pub struct Recorder {
 impl Recorder {
     pub fn start(opts: Options) -> Result<Recorder, SinkError> {
         let mut sink = ParquetSink::new(opts)?;
+        let recovered = sink.recovered().to_vec();
         let stats = sink.stats();
         let (tx, rx) = std::sync::mpsc::channel::<Vec<Row>>();
         let every = sink.opts.flush_every.min(Duration::from_millis(500));
@@ -699,13 +652,18 @@ impl Recorder {
                 sink.close()
             })
             .map_err(io("starting the Parquet writer thread"))?;
-        Ok(Recorder { tx: Some(tx), thread: Some(thread), stats })
+        Ok(Recorder { recovered, tx: Some(tx), thread: Some(thread), stats })
     }
 
     pub fn send(&self, rows: Vec<Row>) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(rows);
         }
+    }
+
+    /// Files a crash left in the directory, recovered at start.
+    pub fn recovered(&self) -> &[Recovery] {
+        &self.recovered
     }
 
     pub fn stats(&self) -> Stats {

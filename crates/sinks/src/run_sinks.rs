@@ -104,6 +104,11 @@ impl RecordSink {
 }
 
 impl RecordSink {
+    /// Files a crash left in the directory, recovered at start.
+    pub fn recovered(&self) -> &[crate::parquet::Recovery] {
+        self.rec.as_ref().map_or(&[], |r| r.recovered())
+    }
+
     /// What the writer has done so far (rows written, files, errors), for progress lines.
     pub fn stats(&self) -> Option<crate::parquet::Stats> {
         self.rec.as_ref().map(|r| r.stats())

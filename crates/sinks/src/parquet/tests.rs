@@ -114,7 +114,8 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert!(files.is_empty());
     assert_eq!(partial.len(), 1);
     let recovered = recover_dir(dir.path()).expect("recover");
-    assert_eq!(recovered.len(), 1);
+    let [Recovery::Recovered { path, rows: 8, row_groups: 2, lost: 0 }] = &recovered[..] else { panic!("{recovered:?}") };
+    let recovered = vec![path.clone()];
     let total: usize = read_all(&recovered).iter().map(|b| b.num_rows()).sum();
     assert_eq!(total, 8, "both flushed row groups survive");
     assert_eq!(
@@ -126,7 +127,7 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     s.push(rows(4, 1));
     s.open().expect("open");
     crash(s);
-    assert!(recover_dir(dir.path()).expect("recover").is_empty());
+    assert!(matches!(recover_dir(dir.path()).expect("recover")[..], [Recovery::Empty { .. }]));
     assert_eq!(report::files(&[dir.path().to_path_buf()]).expect("files").1.len(), 0);
 }
 
@@ -230,4 +231,168 @@ fn disk_full_is_survived() {
 fn crash(mut s: ParquetSink) {
     s._lock.take();
     std::mem::forget(s);
+}
+
+/// A crashed recording of 5 row groups (3 rows each, all of row group k at time k ms): the
+/// partial file's bytes, its journal's, where each row group ends in the file and each journal
+/// entry ends in the journal.
+struct Crashed {
+    data: Vec<u8>,
+    journal: Vec<u8>,
+    rg_ends: Vec<u64>,
+    entry_ends: Vec<usize>,
+}
+
+fn crashed() -> Crashed {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = ParquetSink::new(opts(dir.path())).expect("sink");
+    let (mut rg_ends, mut entry_ends) = (Vec::new(), Vec::new());
+    for t in 1..=5 {
+        s.push(rows(t, 3));
+        s.flush(Instant::now()).expect("flush");
+        let f = s.file.as_ref().expect("open");
+        rg_ends.push(f.good_len);
+        entry_ends.push(std::fs::metadata(footer_path(&f.partial)).expect("journal").len() as usize);
+    }
+    s.push(rows(6, 3)); // accepted, never flushed: a crash loses it
+    let partial = s.file.as_ref().expect("open").partial.clone();
+    crash(s);
+    Crashed {
+        data: std::fs::read(&partial).expect("data"),
+        journal: std::fs::read(footer_path(&partial)).expect("journal"),
+        rg_ends,
+        entry_ends,
+    }
+}
+
+/// Recover `data` with `journal` (None: no journal) in a fresh directory: the times (ms) of
+/// the rows a reader then gets, sorted, or None when the file was kept as unrecoverable (its
+/// bytes checked to be untouched). A recovered file must hold `data` as its prefix.
+fn recovered_times(data: &[u8], journal: Option<&[u8]>) -> Option<Vec<i64>> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let partial = dir.path().join("cachescope-h-20260101T000000Z-1-0001.parquet.partial");
+    std::fs::write(&partial, data).expect("write");
+    if let Some(j) = journal {
+        std::fs::write(footer_path(&partial), j).expect("write");
+    }
+    let got = recover_dir(dir.path()).expect("recover");
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).expect("dir").flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
+    match &got[..] {
+        [Recovery::Recovered { path, rows, .. }] => {
+            let bytes = std::fs::read(path).expect("read");
+            assert!(bytes.len() > data.len() && bytes[4..data.len()] == data[4.min(data.len())..], "bytes kept");
+            assert_eq!(names.len(), 1, "the journal goes once the file is whole: {names:?}");
+            let mut t = Vec::new();
+            for b in read_all(std::slice::from_ref(path)) {
+                let c = b.column_by_name("time_ns").expect("col").as_primitive::<arrow_array::types::Int64Type>();
+                t.extend(c.values().iter().map(|v| (v - 1_700_000_000_000_000_000) / 1_000_000));
+            }
+            assert_eq!(t.len() as u64, *rows);
+            let (_, problems) = report::stream(std::slice::from_ref(path), &mut |_, _, _| {}).expect("report reads it");
+            assert!(problems.is_empty(), "{problems:?}");
+            t.sort();
+            Some(t)
+        }
+        [Recovery::Kept { path, .. }] => {
+            assert_eq!(std::fs::read(path).expect("kept"), data, "an unrecoverable file is kept as it was");
+            None
+        }
+        [Recovery::Empty { .. }] => {
+            assert!(data.len() <= 4, "only a file without data is removed");
+            Some(Vec::new())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Row groups `ks` (1-based) as the times their rows carry.
+fn times(ks: impl IntoIterator<Item = i64>) -> Vec<i64> {
+    ks.into_iter().flat_map(|k| [k; 3]).collect()
+}
+
+#[test]
+fn recovery_keeps_every_row_group_that_verifies_and_nothing_else() {
+    let c = crashed();
+    let all = Some(times(1..=5));
+    assert_eq!(recovered_times(&c.data, Some(&c.journal)), all, "an intact crash keeps every flushed row group");
+    let starts: Vec<u64> = std::iter::once(4).chain(c.rg_ends.iter().copied()).collect();
+
+    // The data file cut short (a power loss before the data reached the disk): at and around
+    // every row group's edges and middle.
+    let mut cuts = vec![0, 2, 4, 5];
+    for (s, e) in starts.iter().zip(&c.rg_ends) {
+        cuts.extend([s + 1, (s + e) / 2, e - 1, *e, e + 1]);
+    }
+    for cut in cuts {
+        let cut = (cut as usize).min(c.data.len());
+        let whole = c.rg_ends.iter().filter(|e| **e as usize <= cut).count() as i64;
+        let want = if whole == 0 && cut > 4 { None } else { Some(times(1..=whole)) };
+        assert_eq!(recovered_times(&c.data[..cut], Some(&c.journal)), want, "data cut at {cut}");
+    }
+
+    // The journal cut short (a kill while appending): at every offset class of every entry.
+    let entry_starts: Vec<usize> = std::iter::once(4).chain(c.entry_ends.iter().copied()).collect();
+    let mut cuts = vec![0, 1, 3, 4];
+    for (s, e) in entry_starts.iter().zip(&c.entry_ends) {
+        cuts.extend([s + 1, s + 4, s + 8, s + 9, s + 28, s + 29, (s + e) / 2, e - 1, *e]);
+    }
+    for cut in cuts {
+        let whole = c.entry_ends.iter().filter(|e| **e <= cut).count() as i64;
+        let want = if whole == 0 { None } else { Some(times(1..=whole)) };
+        assert_eq!(recovered_times(&c.data, Some(&c.journal[..cut])), want, "journal cut at {cut}");
+    }
+
+    // A flipped byte in a row group's data costs that row group only; in the magic, nothing.
+    for (k, (s, e)) in starts.iter().zip(&c.rg_ends).enumerate() {
+        for at in [*s, (s + e) / 2, e - 1] {
+            let mut d = c.data.clone();
+            d[at as usize] ^= 0x5a;
+            let k = k as i64 + 1;
+            assert_eq!(recovered_times(&d, Some(&c.journal)), Some(times((1..=5).filter(|x| *x != k))), "data byte {at}");
+        }
+    }
+    let mut d = c.data.clone();
+    d[1] ^= 0xff;
+    assert_eq!(recovered_times(&d, Some(&c.journal)), all, "a damaged magic is restored");
+
+    // A flipped byte in a journal entry's body costs its row group; in its length, it and
+    // every entry after it (they can no longer be framed).
+    for (k, (s, e)) in entry_starts.iter().zip(&c.entry_ends).enumerate() {
+        let k = k as i64 + 1;
+        for at in [s + 4, s + 8, s + 16, s + 24, (s + e) / 2, e - 1] {
+            let mut j = c.journal.clone();
+            j[at] ^= 0x5a;
+            let want = times((1..=5).filter(|x| *x != k));
+            assert_eq!(recovered_times(&c.data, Some(&j)), Some(want), "journal byte {at}");
+        }
+        let mut j = c.journal.clone();
+        j[s + 2] ^= 0x5a; // the length's third byte: far past the end
+        let want = if k == 1 { None } else { Some(times(1..k)) };
+        assert_eq!(recovered_times(&c.data, Some(&j)), want, "journal length of entry {k}");
+    }
+
+    // No journal, or one whose magic is gone: nothing verifies, the file is kept as it is.
+    assert_eq!(recovered_times(&c.data, None), None);
+    let mut j = c.journal.clone();
+    j[0] ^= 0xff;
+    assert_eq!(recovered_times(&c.data, Some(&j)), None);
+}
+
+#[test]
+fn stop_33s_checkpoints_are_still_recovered() {
+    let c = crashed();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = ParquetSink::new(opts(dir.path())).expect("sink");
+    // Its format: the data length, then one footer for every row group so far.
+    let rgs: Vec<RowGroupMetaData> = (1..=5)
+        .map(|k| {
+            let entry = &c.journal[if k == 1 { 4 } else { c.entry_ends[k - 2] }..c.entry_ends[k - 1]];
+            let meta = recover::decode_entry(entry).expect("entry");
+            meta.row_groups()[0].clone()
+        })
+        .collect();
+    let mut old = c.rg_ends[3].to_le_bytes().to_vec();
+    old.extend(footer_bytes(&s.schema, &s.props, rgs).expect("footer"));
+    assert_eq!(recovered_times(&c.data, Some(&old)), Some(times(1..=4)), "row groups past its length are left out");
 }

@@ -1,0 +1,375 @@
+//! The checkpoint journal of a file being written, and recovery from it after a crash.
+//!
+//! Beside `NAME.parquet.partial` the writer keeps `NAME.parquet.partial.footer`, a journal
+//! with one entry per row group, appended (and synced) only after the row group's bytes are
+//! synced: where the row group lies in the data file, a CRC-32 of those bytes, and its
+//! metadata as a one-row-group Parquet footer. Each entry has its own length and CRC.
+//!
+//! Recovery trusts nothing it cannot check: an entry whose CRC fails, whose footer does not
+//! decode, whose bytes lie past the end of the data file (what a power loss leaves when the
+//! data did not reach the disk) or whose bytes no longer match their CRC is left out, and every
+//! entry that verifies is kept, before and after a damaged one. The new footer is appended
+//! after whatever the file holds, so no byte of it is destroyed; a file of which nothing
+//! verifies is kept under another name ([`UNRECOVERABLE`]), never deleted.
+//!
+//! Journal: `CSJ1`, then entries `len:u32 crc:u32 body[len]`, body = `start:u64 end:u64
+//! data_crc:u32 footer`, little-endian. Stop 33 and earlier wrote `len:u64 footer` (one
+//! footer for all row groups, no CRC): such a checkpoint is still read, its row groups
+//! checked against the file's length only.
+
+use crate::SinkError;
+use parquet::file::metadata::{
+    FileMetaData, ParquetMetaData, ParquetMetaDataReader, ParquetMetaDataWriter, RowGroupMetaData,
+};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+pub(super) const PARTIAL: &str = ".parquet.partial";
+pub(super) const FOOTER: &str = ".parquet.partial.footer";
+/// A checkpoint being written by stop 33's writer (renamed over FOOTER when complete).
+const TMP: &str = ".parquet.partial.tmp";
+/// What a partial file of which nothing could be verified is renamed to (its journal, if any,
+/// to this name + `.footer`).
+pub const UNRECOVERABLE: &str = ".parquet.unrecoverable";
+const MAGIC: &[u8; 4] = b"CSJ1";
+/// start, end, data CRC.
+const HEAD: usize = 20;
+/// A journal entry larger than this is damage, not a footer of ours.
+const MAX_ENTRY: usize = 64 << 20;
+
+pub(super) fn footer_path(partial: &Path) -> PathBuf {
+    let mut s = partial.as_os_str().to_owned();
+    s.push(".footer");
+    PathBuf::from(s)
+}
+
+pub(super) fn final_path(partial: &Path) -> PathBuf {
+    let s = partial.to_string_lossy();
+    PathBuf::from(s.strip_suffix(".partial").unwrap_or(&s).to_string())
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> SinkError {
+    move |error| SinkError::Io { what, error }
+}
+
+/// Make a rename or a new file in `dir` survive a power loss.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(format!("syncing {}", dir.display())))
+}
+
+fn parent(p: &Path) -> &Path {
+    p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// CRC-32 of `len` bytes of `f` from `start`, read in pieces.
+fn crc_of(f: &File, start: u64, end: u64) -> std::io::Result<u32> {
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; (end - start).min(1 << 20) as usize];
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(buf.len() as u64) as usize;
+        f.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(h.finalize())
+}
+
+/// The writer's side: one journal per partial file, created at its first row group.
+pub(super) struct Journal {
+    file: File,
+    path: PathBuf,
+}
+
+impl Journal {
+    pub(super) fn create(partial: &Path) -> Result<Journal, SinkError> {
+        let path = footer_path(partial);
+        let mut file = File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+        file.write_all(MAGIC).and_then(|()| file.sync_all()).map_err(io(format!("writing {}", path.display())))?;
+        sync_dir(parent(&path))?;
+        Ok(Journal { file, path })
+    }
+
+    /// Record the row group that `data` holds in `start..end` (already synced), described by
+    /// `footer` (a one-row-group Parquet footer, length and magic included).
+    pub(super) fn append(&mut self, data: &File, start: u64, end: u64, footer: &[u8]) -> Result<(), SinkError> {
+        let what = || format!("writing the checkpoint {}", self.path.display());
+        let data_crc = crc_of(data, start, end).map_err(io(what()))?;
+        let mut body = Vec::with_capacity(HEAD + footer.len());
+        body.extend_from_slice(&start.to_le_bytes());
+        body.extend_from_slice(&end.to_le_bytes());
+        body.extend_from_slice(&data_crc.to_le_bytes());
+        body.extend_from_slice(footer);
+        let len = u32::try_from(body.len()).map_err(|_| SinkError::Parquet(format!("{}: footer too large", what())))?;
+        let mut entry = Vec::with_capacity(8 + body.len());
+        entry.extend_from_slice(&len.to_le_bytes());
+        entry.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        entry.extend_from_slice(&body);
+        // One write: an entry is never interleaved, and a crash leaves at most its prefix.
+        self.file.write_all(&entry).and_then(|()| self.file.sync_data()).map_err(io(what()))
+    }
+}
+
+/// One row group a journal claims.
+struct Claim {
+    start: u64,
+    end: u64,
+    /// None for stop 33's checkpoints, which had none.
+    data_crc: Option<u32>,
+    meta: ParquetMetaData,
+}
+
+/// A footer (metadata, length, `PAR1`) decoded, after the checks that keep the decoder from
+/// allocating what a damaged length declares.
+fn decode(footer: &[u8]) -> Result<ParquetMetaData, String> {
+    let body = footer.len().checked_sub(8).ok_or("too short")?;
+    if &footer[body + 4..] != b"PAR1" {
+        return Err("no PAR1".into());
+    }
+    let n = u32::from_le_bytes([footer[body], footer[body + 1], footer[body + 2], footer[body + 3]]) as usize;
+    if n != body {
+        return Err(format!("footer length {n}, {body} bytes present"));
+    }
+    crate::footer::check_meta(&footer[..body])?;
+    ParquetMetaDataReader::decode_metadata(&footer[..body]).map_err(|e| e.to_string())
+}
+
+/// The claims of a journal, and how many entries were damaged (unreadable or failing their
+/// CRC; a torn last entry, what a kill while appending leaves, counts too).
+fn claims(raw: &[u8]) -> (Vec<Claim>, usize) {
+    let (mut out, mut damaged) = (Vec::new(), 0);
+    let Some(mut rest) = raw.strip_prefix(MAGIC) else {
+        // Stop 33's format: the data length, then one footer for every row group.
+        let Some((len, footer)) = raw.split_first_chunk::<8>() else { return (out, usize::from(!raw.is_empty())) };
+        match decode(footer) {
+            Ok(meta) => {
+                let end = u64::from_le_bytes(*len);
+                for rg in meta.row_groups() {
+                    let one = ParquetMetaData::new(meta.file_metadata().clone(), vec![rg.clone()]);
+                    if let Some((s, e)) = chunk_span(rg) {
+                        out.push(Claim { start: s, end: e.max(s).min(end), data_crc: None, meta: one });
+                    }
+                }
+            }
+            Err(_) => damaged += 1,
+        }
+        return (out, damaged);
+    };
+    while !rest.is_empty() {
+        let Some((head, after)) = rest.split_first_chunk::<8>() else {
+            damaged += 1;
+            break;
+        };
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if len < HEAD + 8 || len > MAX_ENTRY || len > after.len() {
+            // The length itself is damaged (or the entry torn): nothing after it can be framed.
+            damaged += 1;
+            break;
+        }
+        let (body, next) = after.split_at(len);
+        rest = next;
+        if crc32fast::hash(body) != crc {
+            damaged += 1;
+            continue;
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&body[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let data_crc = u32::from_le_bytes([body[16], body[17], body[18], body[19]]);
+        match decode(&body[HEAD..]) {
+            Ok(meta) if meta.num_row_groups() == 1 => {
+                out.push(Claim { start: word(0), end: word(8), data_crc: Some(data_crc), meta })
+            }
+            _ => damaged += 1,
+        }
+    }
+    (out, damaged)
+}
+
+/// The metadata of one whole journal entry (length and CRC first), for tests.
+#[cfg(test)]
+pub(super) fn decode_entry(entry: &[u8]) -> Result<ParquetMetaData, String> {
+    decode(entry.get(8 + HEAD..).ok_or("too short")?)
+}
+
+/// The bytes a row group's column chunks take: (first, end).
+fn chunk_span(rg: &RowGroupMetaData) -> Option<(u64, u64)> {
+    let spans = rg.columns().iter().map(|c| c.byte_range());
+    let first = spans.clone().map(|(s, _)| s).min()?;
+    let end = spans.map(|(s, l)| s.saturating_add(l)).max()?;
+    Some((first, end))
+}
+
+/// Whether `c` holds: inside the file, after the magic and the row groups kept before it,
+/// its column chunks within its bytes, its bytes those it was written with.
+fn verify(c: &Claim, data: &File, len: u64, after: u64) -> bool {
+    let Some((first, end)) = chunk_span(&c.meta.row_groups()[0]) else { return false };
+    let placed = c.start >= after.max(4) && c.start < c.end && c.end <= len && first >= c.start && end <= c.end;
+    placed && c.data_crc.is_none_or(|want| crc_of(data, c.start, c.end).is_ok_and(|got| got == want))
+}
+
+/// What recovery did with a partial file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// Made readable under `path`: `rows` rows in `row_groups` row groups; `lost` row groups
+    /// the journal named could not be verified and were left out (their bytes stay in the file).
+    Recovered { path: PathBuf, rows: u64, row_groups: usize, lost: usize },
+    /// It held no row group and no byte beyond the magic: removed.
+    Empty { partial: PathBuf },
+    /// Nothing in it could be verified: kept, renamed to `path`.
+    Kept { path: PathBuf, lost: usize },
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recovery::Recovered { path, rows, row_groups, lost } => {
+                write!(f, "recovered {} after a crash: {rows} rows in {row_groups} row groups", path.display())?;
+                if *lost > 0 {
+                    write!(f, "; {lost} row groups failed their checks and were left out")?;
+                }
+                Ok(())
+            }
+            Recovery::Empty { partial } => write!(f, "removed {}: a crash left it without rows", partial.display()),
+            Recovery::Kept { path, lost } => write!(
+                f,
+                "kept {}: a crash left no row group that could be verified ({lost} failed their checks)",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// How recovery treats the bytes nothing vouches for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// After a crash: they may be all that is left of something, so they are kept.
+    Crash,
+    /// Abandoned by this process after a failed write: bytes past `keep` belong to a batch
+    /// still held in memory, so they are cut (freeing the room a full disk needs).
+    Abandoned { keep: u64 },
+}
+
+/// Make a crashed partial file readable from its journal (see the module's comment).
+pub fn recover_file(partial: &Path) -> Result<Recovery, SinkError> {
+    recover(partial, Cause::Crash)
+}
+
+pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkError> {
+    let jpath = footer_path(partial);
+    let raw = match fs::read(&jpath) {
+        Ok(raw) => Some(raw),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(format!("reading {}", jpath.display()))(e)),
+    };
+    let (claims, mut lost) = raw.as_deref().map(claims).unwrap_or_default();
+    let mut data = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(partial)
+        .map_err(io(format!("opening {}", partial.display())))?;
+    let mut len = data.metadata().map_err(io(format!("reading {}", partial.display())))?.len();
+    let mut kept: Vec<&Claim> = Vec::new();
+    for c in &claims {
+        let after = kept.last().map_or(0, |k| k.end);
+        let same_schema =
+            kept.first().is_none_or(|k| k.meta.file_metadata().schema() == c.meta.file_metadata().schema());
+        if same_schema && verify(c, &data, len, after) {
+            kept.push(c);
+        } else {
+            lost += 1;
+        }
+    }
+    let Some(first) = kept.first() else {
+        let empty = matches!(cause, Cause::Abandoned { .. }) || len <= 4;
+        drop(data);
+        if empty {
+            fs::remove_file(partial).map_err(io(format!("removing {}", partial.display())))?;
+            let _ = fs::remove_file(&jpath);
+            return Ok(Recovery::Empty { partial: partial.to_path_buf() });
+        }
+        let path = PathBuf::from(format!("{}{UNRECOVERABLE}", strip(partial)));
+        fs::rename(partial, &path).map_err(io(format!("renaming {}", partial.display())))?;
+        if raw.is_some() {
+            let _ = fs::rename(&jpath, footer_path(&path));
+        }
+        sync_dir(parent(partial))?;
+        return Ok(Recovery::Kept { path, lost });
+    };
+    if let Cause::Abandoned { keep } = cause {
+        let keep = keep.max(kept.last().map_or(4, |k| k.end));
+        if keep < len {
+            data.set_len(keep).map_err(io(format!("truncating {}", partial.display())))?;
+            len = keep;
+        }
+    }
+    let rgs: Vec<RowGroupMetaData> = kept.iter().map(|c| c.meta.row_groups()[0].clone()).collect();
+    let rows = rgs.iter().map(|r| r.num_rows()).sum::<i64>();
+    let fm = first.meta.file_metadata();
+    let meta = FileMetaData::new(
+        fm.version(),
+        rows,
+        fm.created_by().map(str::to_string),
+        fm.key_value_metadata().cloned(),
+        fm.schema_descr_ptr(),
+        fm.column_orders().cloned(),
+    );
+    let mut footer = Vec::new();
+    let row_groups = rgs.len();
+    ParquetMetaDataWriter::new(&mut footer, &ParquetMetaData::new(meta, rgs))
+        .finish()
+        .map_err(|e| SinkError::Parquet(format!("footer for {}: {e}", partial.display())))?;
+    let write = |data: &mut File| -> std::io::Result<()> {
+        // A damaged magic at the start is restored: readers that check it would refuse the file.
+        let mut magic = [0u8; 4];
+        data.read_exact_at(&mut magic, 0)?;
+        if &magic != b"PAR1" {
+            data.write_all_at(b"PAR1", 0)?;
+        }
+        data.seek(SeekFrom::Start(len))?;
+        data.write_all(&footer)?;
+        data.sync_all()
+    };
+    write(&mut data).map_err(io(format!("writing the footer of {}", partial.display())))?;
+    drop(data);
+    let done = final_path(partial);
+    fs::rename(partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+    sync_dir(parent(partial))?;
+    let _ = fs::remove_file(&jpath);
+    Ok(Recovery::Recovered { path: done, rows: u64::try_from(rows).unwrap_or(0), row_groups, lost })
+}
+
+fn strip(partial: &Path) -> String {
+    let s = partial.to_string_lossy();
+    s.strip_suffix(PARTIAL).unwrap_or(&s).to_string()
+}
+
+/// Recover every partial file in `dir` (see [`recover_file`]), in name order.
+pub fn recover_dir(dir: &Path) -> Result<Vec<Recovery>, SinkError> {
+    let rd = fs::read_dir(dir).map_err(io(format!("reading {}", dir.display())))?;
+    let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    names.sort();
+    let mut out = Vec::new();
+    for p in names {
+        let name = p.to_string_lossy();
+        if name.ends_with(PARTIAL) {
+            out.push(recover_file(&p)?);
+        } else if name.ends_with(TMP) {
+            // A checkpoint stop 33's writer was writing when the process died.
+            let _ = fs::remove_file(&p);
+        } else if name.ends_with(FOOTER) {
+            // A journal whose data file is gone (renamed when finished, before the journal
+            // was removed).
+            let data = PathBuf::from(name.trim_end_matches(".footer").to_string());
+            if !data.exists() {
+                let _ = fs::remove_file(&p);
+            }
+        }
+    }
+    Ok(out)
+}
