@@ -128,6 +128,8 @@ pub enum CliError {
     Unavailable(anyhow::Error),
     /// An output could not be written (stdout refused a write, a disk filled up): exit 1.
     Output(anyhow::Error),
+    /// The run finished and its files too, but accepted rows never reached them: exit 4.
+    Losses(anyhow::Error),
     /// Whoever read stdout stopped reading (`report | head`): a filter's quiet end, exit 0.
     Closed,
 }
@@ -154,12 +156,15 @@ impl CliError {
             CliError::Output(_) => 1,
             CliError::Input(_) => 2,
             CliError::Unavailable(_) => 3,
+            CliError::Losses(_) => 4,
         }
     }
 
     /// The line to say, if any.
     fn message(&self) -> Option<String> {
-        let (CliError::Input(e) | CliError::Unavailable(e) | CliError::Output(e)) = self else { return None };
+        let (CliError::Input(e) | CliError::Unavailable(e) | CliError::Output(e) | CliError::Losses(e)) = self else {
+            return None;
+        };
         // `{:#}` joins the context chain on one line.
         Some(format!("{e:#}").replace('\n', " "))
     }

@@ -693,6 +693,9 @@ fn sinks(
     Ok(v)
 }
 
+/// How long the end of a run waits for its last files' uploads.
+const UPLOAD_DRAIN: Duration = Duration::from_secs(10);
+
 /// How long batched backends sleep between wake-ups.
 const BATCH: Duration = Duration::from_millis(50);
 /// The kernel module's ring holds seconds of records: draining every 100 ms costs each wake-up
@@ -739,21 +742,31 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
         .zip(outs.upload.clone())
         .map(|((dir, ..), t)| cachescope_upload::Uploader::start(dir.clone(), terminal::hostname(), t));
     let result = cachescope_engine::run(parts, &opts);
-    // The files the run closed last go too (10 s at most; the rest waits for the next run).
-    let uploaded = uploader.map(|u| u.finish(Duration::from_secs(10)));
+    // The files the run closed last go too: 10 s at most, or until a second SIGINT/SIGTERM
+    // (the first ended the run); the rest waits for the next run.
+    let again = Arc::new(AtomicBool::new(false));
+    if uploader.is_some() {
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, again.clone()).map_err(handler)?;
+        }
+    }
+    let uploaded = uploader.map(|u| u.finish(UPLOAD_DRAIN, &again));
     match result {
         Ok(sum) => {
             cachescope_platform::say!("{}", terminal::summary_line(sum.wakes, &sum.lateness, sum.missed));
             for m in sum.messages.into_iter().chain(uploaded) {
                 cachescope_platform::say!("{m}");
             }
-            Ok(())
+            match sum.losses.is_empty() {
+                true => Ok(()),
+                false => Err(CliError::Losses(anyhow::anyhow!("finished with losses: {}", sum.losses.join("; ")))),
+            }
         }
         Err(RunError::Clock(e @ TickerError::Interval(_))) => Err(CliError::input(format!("--interval: {e}"))),
         Err(RunError::Output { why, summary }) => {
             // What the run measured is still said; the exit says an output failed.
             cachescope_platform::say!("{}", terminal::summary_line(summary.wakes, &summary.lateness, summary.missed));
-            for m in &summary.messages {
+            for m in summary.messages.iter().chain(&summary.losses).chain(&uploaded) {
                 cachescope_platform::say!("{m}");
             }
             Err(CliError::output(why))

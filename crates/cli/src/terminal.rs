@@ -227,6 +227,10 @@ impl Sink for Progress {
     fn finish(&mut self) -> Result<Vec<String>, String> {
         self.record.as_mut().map_or(Ok(Vec::new()), |r| r.finish())
     }
+
+    fn losses(&self) -> Option<String> {
+        self.record.as_ref().and_then(|r| r.losses())
+    }
 }
 
 /// JSON lines on stdout, one object per row.

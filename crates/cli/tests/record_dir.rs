@@ -165,11 +165,165 @@ fn random_kills_never_cost_a_file() {
     assert!(o.status.success(), "{err}");
     recovered += err.matches("recovered ").count();
     assert!(recovered >= 3, "seed {seed}: every kill after the first flush leaves a file to recover");
-    let left: Vec<String> = named(d.path(), "").into_iter().filter(|n| !n.ends_with(".parquet") && !n.starts_with(".")).collect();
+    let left: Vec<String> =
+        named(d.path(), "").into_iter().filter(|n| !n.ends_with(".parquet") && !n.starts_with(".")).collect();
     assert!(left.is_empty(), "seed {seed}: {left:?}");
     let o = bin().arg("report").arg(d.path()).arg("--json").output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && !err.contains("skipped"), "seed {seed}: {err}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["run"]["files"].as_u64(), Some(named(d.path(), ".parquet").len() as u64), "seed {seed}: every file read");
+    assert_eq!(
+        v["run"]["files"].as_u64(),
+        Some(named(d.path(), ".parquet").len() as u64),
+        "seed {seed}: every file read"
+    );
+}
+
+fn mount_tmpfs(at: &Path, size: &str) -> bool {
+    std::fs::create_dir_all(at).unwrap();
+    std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(at)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A disk that fills up and is still full at the end: the run ends with the documented
+/// "finished with losses" (exit 4), after its summary; the rows it could not keep are counted;
+/// every file it wrote is finished and readable, numbered without gaps, and holds exactly the
+/// rows the summary says.
+#[test]
+fn a_disk_still_full_at_the_end_finishes_with_losses() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return cachescope_testkit::skip(
+            "a_disk_still_full_at_the_end_finishes_with_losses needs root to mount a tmpfs",
+        );
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mnt = d.path().join("tiny");
+    if !mount_tmpfs(&mnt, "160k") {
+        return cachescope_testkit::skip("could not mount a tmpfs");
+    }
+    let _u = Unmount(mnt.clone());
+    let out = mnt.join("rec");
+    let o = bin()
+        .args(["record", "--duration", "8s", "--interval", "1ms", "--rotate-every", "1s", "--scenario"])
+        .arg(scenario())
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("cachescope: finished with losses: ") && last.contains(" rows lost: "), "{err}");
+    assert!(last.contains("No space left on device"), "{last}");
+    let recorded: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("cachescope: recorded "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    let files = named(&out, ".parquet");
+    assert!(files.len() >= 2, "{files:?}");
+    for (i, f) in files.iter().enumerate() {
+        assert!(f.ends_with(&format!("-{:04}.parquet", i + 1)), "numbers without gaps: {files:?}");
+    }
+    let left: Vec<String> =
+        named(&out, "").into_iter().filter(|n| !n.ends_with(".parquet") && !n.starts_with('.')).collect();
+    assert!(left.is_empty(), "{left:?}");
+    let o = bin().arg("report").arg(&out).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["run"]["rows"].as_u64(), Some(recorded), "the summary counts the rows on disk: {err}");
+}
+
+/// The output directory removed under a running `record`: an error (exit 1), with the rows
+/// that were written into it and the rows lost counted apart.
+#[test]
+fn a_removed_output_directory_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("rec");
+    let c = bin()
+        .args(["record", "--duration", "8s", "--interval", "10ms", "--rotate-every", "2s", "--scenario"])
+        .arg(scenario())
+        .arg("--output")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while named(&out, ".parquet").is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no finished file");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("the output directory {}", out.display())), "{err}");
+    assert!(err.contains(" rows lost: "), "{err}");
+}
+
+/// Uploads to a store that takes connections and never answers: the run's end waits 10 s at
+/// most for them, and a second SIGTERM ends that wait at once; the summary counts every file
+/// left for the next run.
+#[test]
+fn a_silent_store_never_holds_the_end_of_a_run() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", l.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            h.lock().unwrap().push(s);
+        }
+    });
+    let d = tempfile::tempdir().unwrap();
+    let run = |secs: &str| {
+        bin()
+            .args(["record", "--duration", secs, "--interval", "10ms", "--rotate-every", "1s", "--scenario"])
+            .arg(scenario())
+            .arg("--output")
+            .arg(d.path())
+            .args(["--upload", "s3://fleet", "--s3-endpoint", &endpoint])
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Left to its deadline.
+    let t = Instant::now();
+    let o = run("3s").wait_with_output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(took < Duration::from_secs(3 + 10 + 4), "{took:?}: {err}");
+    let files = named(d.path(), ".parquet").len();
+    assert!(files >= 3, "{files}");
+    assert!(err.contains(&format!("; {files} not yet (kept on disk")), "every file counted: {err}");
+    // A SIGTERM ends the run, a second one the wait for the store.
+    let c = run("30s");
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&c, libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(1000));
+    let t = Instant::now();
+    signal(&c, libc::SIGTERM);
+    let o = c.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}: {err}", t.elapsed());
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(" not yet (kept on disk"), "{err}");
 }

@@ -57,6 +57,8 @@ pub struct Summary {
     pub missed: u64,
     /// What the backend, the sources and the sinks said at the end.
     pub messages: Vec<String>,
+    /// What the sinks accepted and could not keep ([`crate::sink::Sink::losses`]).
+    pub losses: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -424,6 +426,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
             Ok(m) => st.messages.extend(m),
             Err(e) => output_errors.push(e),
         }
+        summary.losses.extend(s.losses());
     }
     st.messages.extend(st.budget.summary(opts.interval, st.samples));
     summary.samples = st.samples;

@@ -52,4 +52,9 @@ pub trait Sink {
     fn forget(&mut self, _id: &str) {}
     /// End of the run: close what is open; what was done, in words.
     fn finish(&mut self) -> Result<Vec<String>, String>;
+    /// After [`Sink::finish`]: what was accepted and did not reach the output (rows dropped
+    /// for a full disk), in words. A run with losses finished, but not whole.
+    fn losses(&self) -> Option<String> {
+        None
+    }
 }

@@ -77,7 +77,11 @@ fn main() {
                 sink.flush(Instant::now()).expect("flush");
             }
         }
-        let st = sink.close().expect("close");
+        let st = {
+            let (st, e) = sink.close();
+            assert!(e.is_none(), "close: {e:?}");
+            st
+        };
         pq_rate.push(rows as f64 / start.elapsed().as_secs_f64());
         pq_bytes = st.bytes_closed;
         let path = dir.path().join("rows.jsonl");

@@ -15,7 +15,6 @@
 
 mod recover;
 
-pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
 use crate::SinkError;
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
@@ -26,8 +25,9 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
-use std::collections::VecDeque;
 use recover::{final_path, footer_path, sync_dir, Cause, Journal, PARTIAL};
+pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
+use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -195,8 +195,13 @@ impl Options {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     pub rows_accepted: u64,
+    /// Rows in row groups of files that were finished, or are being filled.
     pub rows_written: u64,
+    /// Rows that will never reach a file: dropped beyond `max_pending_bytes`, still refused
+    /// when the sink closed, or written to a file that could not be finished.
     pub rows_dropped: u64,
+    /// Why rows were dropped (the last reason).
+    pub dropped_why: Option<String>,
     pub row_groups: u64,
     pub files_closed: u64,
     pub bytes_closed: u64,
@@ -214,6 +219,8 @@ struct Open {
     good_len: u64,
     /// Where the journal's last entry ends in the file: what a crash would keep.
     journaled: u64,
+    /// Rows in its complete row groups.
+    rows: u64,
     journal: Option<Journal>,
 }
 
@@ -452,7 +459,10 @@ impl ParquetSink {
             if let Some(b) = self.pending.pop_front() {
                 self.pending_bytes -= b.get_array_memory_size();
                 let n = b.num_rows() as u64;
-                self.with_stats(|s| s.rows_dropped += n);
+                self.with_stats(|s| {
+                    s.rows_dropped += n;
+                    s.dropped_why = Some("more rows waited for the disk than memory may hold".into());
+                });
             }
         }
     }
@@ -490,6 +500,9 @@ impl ParquetSink {
             if let Some(b) = self.pending.pop_front() {
                 self.pending_bytes = size.saturating_sub(b.get_array_memory_size());
             }
+            if let Some(f) = self.file.as_mut() {
+                f.rows += n;
+            }
             self.with_stats(|s| {
                 s.rows_written += n;
                 s.row_groups += 1;
@@ -505,8 +518,9 @@ impl ParquetSink {
 
     fn open(&mut self) -> Result<(), SinkError> {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        self.seq += 1;
-        let name = format!("cachescope-{}-{}Z-{}-{:04}", self.opts.host, utc_stamp(secs), std::process::id(), self.seq);
+        // Numbered only once made: a disk that refuses files leaves no gaps in the sequence.
+        let seq = self.seq + 1;
+        let name = format!("cachescope-{}-{}Z-{}-{seq:04}", self.opts.host, utc_stamp(secs), std::process::id());
         let partial = self.opts.dir.join(format!("{name}{PARTIAL}"));
         // Readable too: each row group's bytes are read back for the journal's checksum.
         let file = fs::OpenOptions::new()
@@ -515,10 +529,11 @@ impl ParquetSink {
             .create(true)
             .truncate(true)
             .open(&partial)
-            .map_err(io(format!("creating {}", partial.display())))?;
+            .map_err(|e| self.gone(e, format!("creating {}", partial.display())))?;
         let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
             .map_err(pq(format!("starting {}", partial.display())))?;
-        self.file = Some(Open { writer, partial, good_len: 4, journaled: 4, journal: None });
+        self.seq = seq;
+        self.file = Some(Open { writer, partial, good_len: 4, journaled: 4, rows: 0, journal: None });
         Ok(())
     }
 
@@ -542,8 +557,12 @@ impl ParquetSink {
         let Some(f) = self.file.take() else { return };
         let (partial, keep) = (f.partial.clone(), f.journaled);
         drop(f);
-        self.unrecovered.push((partial, keep));
-        self.retry_recovery();
+        match recover::recover(&partial, Cause::Abandoned { keep }) {
+            // Nothing was in it: its number goes to the next file, so numbers stay dense.
+            Ok(Recovery::Empty { .. }) => self.seq -= 1,
+            Ok(_) => self.with_stats(|s| s.files_closed += 1),
+            Err(_) => self.unrecovered.push((partial, keep)),
+        }
     }
 
     /// Cut back and close abandoned files; one that still fails (the footer did not fit
@@ -564,10 +583,12 @@ impl ParquetSink {
         let Some(mut f) = self.file.take() else { return Ok(()) };
         // Rows accepted from now on start the next file's clock.
         self.file_since = (!self.buffer.is_empty() || !self.pending.is_empty()).then(Instant::now);
-        let finished = f.writer.finish().map_err(|e| e.to_string()).and_then(|_| {
-            f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(|e| e.to_string())
-        });
-        let (partial, keep) = (f.partial.clone(), f.journaled);
+        let finished = f
+            .writer
+            .finish()
+            .map_err(|e| e.to_string())
+            .and_then(|_| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(|e| e.to_string()));
+        let (partial, keep, rows) = (f.partial.clone(), f.journaled, f.rows);
         drop(f);
         if let Err(e) = finished {
             // The footer could not be written: fall back to the journal.
@@ -576,7 +597,17 @@ impl ParquetSink {
             return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
         }
         let done = final_path(&partial);
-        fs::rename(&partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+        if let Err(e) = fs::rename(&partial, &done) {
+            // Its rows are nowhere a reader will find them (an output directory removed under
+            // us takes the open file with it): not written after all.
+            let e = self.gone(e, format!("renaming {}", partial.display()));
+            self.with_stats(|s| {
+                s.rows_written -= rows.min(s.rows_written);
+                s.rows_dropped += rows;
+                s.dropped_why = Some(e.to_string());
+            });
+            return Err(e);
+        }
         sync_dir(&self.opts.dir)?;
         let _ = fs::remove_file(footer_path(&partial));
         let size = fs::metadata(&done).map_or(0, |m| m.len());
@@ -587,14 +618,43 @@ impl ParquetSink {
         Ok(())
     }
 
+    /// A failure to make a file, told as the directory's loss when that is what it is.
+    fn gone(&self, e: std::io::Error, what: String) -> SinkError {
+        if e.kind() == std::io::ErrorKind::NotFound && !self.opts.dir.is_dir() {
+            return SinkError::Io { what: format!("the output directory {}", self.opts.dir.display()), error: e };
+        }
+        SinkError::Io { what, error: e }
+    }
+
     /// Write what is left and close the file (SIGINT/SIGTERM, end of --duration). Rows the
-    /// disk still refuses are reported in the error, with their count.
-    pub fn close(mut self) -> Result<Stats, SinkError> {
-        let r = self.flush(Instant::now());
-        let c = self.close_file();
+    /// disk still refuses are dropped and counted (`rows_dropped`, `dropped_why`): what
+    /// returns is what was done, and an error only when a file could not be finished (it is
+    /// left with its journal for the next run to recover) or the directory is gone.
+    pub fn close(mut self) -> (Stats, Option<SinkError>) {
+        let flushed = self.flush(Instant::now());
+        if let Err(e) = &flushed {
+            let n: u64 = self.pending.iter().map(|b| b.num_rows() as u64).sum();
+            self.pending.clear();
+            self.with_stats(|s| {
+                s.rows_dropped += n;
+                s.rows_pending = 0;
+                s.dropped_why = Some(e.to_string());
+            });
+        }
+        let closed = self.close_file();
         self.retry_recovery();
         let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
-        r.and(c).map(|_| stats)
+        let unfinished = self.unrecovered.first().map(|(p, _)| {
+            SinkError::Parquet(format!(
+                "{} could not be finished; the next record into the directory recovers it",
+                p.display()
+            ))
+        });
+        let gone = (!self.opts.dir.is_dir()).then(|| SinkError::Io {
+            what: format!("the output directory {}", self.opts.dir.display()),
+            error: std::io::Error::new(std::io::ErrorKind::NotFound, "removed while recording"),
+        });
+        (stats, closed.err().or(unfinished).or(gone))
     }
 
     /// What was found in the directory when the sink started: files a crash left, recovered.
@@ -604,7 +664,11 @@ impl ParquetSink {
 }
 
 /// A footer (metadata, length, magic) for the row groups `rgs` of a file of `schema`.
-fn footer_bytes(schema: &SchemaRef, props: &WriterProperties, rgs: Vec<RowGroupMetaData>) -> Result<Vec<u8>, SinkError> {
+fn footer_bytes(
+    schema: &SchemaRef,
+    props: &WriterProperties,
+    rgs: Vec<RowGroupMetaData>,
+) -> Result<Vec<u8>, SinkError> {
     let rows = rgs.iter().map(|r| r.num_rows()).sum();
     let descr = ArrowSchemaConverter::new().convert(schema).map_err(pq("schema"))?;
     let meta = FileMetaData::new(
@@ -626,7 +690,7 @@ fn footer_bytes(schema: &SchemaRef, props: &WriterProperties, rgs: Vec<RowGroupM
 pub struct Recorder {
     recovered: Vec<Recovery>,
     tx: Option<std::sync::mpsc::Sender<Vec<Row>>>,
-    thread: Option<std::thread::JoinHandle<Result<Stats, SinkError>>>,
+    thread: Option<std::thread::JoinHandle<(Stats, Option<SinkError>)>>,
     stats: Arc<Mutex<Stats>>,
 }
 
@@ -670,13 +734,14 @@ impl Recorder {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Close the channel, let the writer finish the file, and return what it did.
-    pub fn finish(mut self) -> Result<Stats, SinkError> {
+    /// Close the channel, let the writer finish the file, and return what it did (and why a
+    /// file could not be finished, if one could not: see [`ParquetSink::close`]).
+    pub fn finish(mut self) -> (Stats, Option<SinkError>) {
         self.tx = None;
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(r)) => r,
-            Some(Err(_)) => Err(SinkError::Parquet("the writer thread panicked".into())),
-            None => Ok(self.stats()),
+            Some(Err(_)) => (self.stats(), Some(SinkError::Parquet("the writer thread panicked".into()))),
+            None => (self.stats(), None),
         }
     }
 }

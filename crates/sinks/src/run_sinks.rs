@@ -76,6 +76,8 @@ pub struct RecordSink {
     dir: PathBuf,
     batch: Vec<Row>,
     sent_ns: Option<i64>,
+    /// Rows that never reached a file, said at the end.
+    losses: Option<String>,
 }
 
 impl RecordSink {
@@ -99,6 +101,7 @@ impl RecordSink {
             dir: o.dir,
             batch: Vec::new(),
             sent_ns: None,
+            losses: None,
         })
     }
 }
@@ -153,21 +156,35 @@ impl Sink for RecordSink {
     fn finish(&mut self) -> Result<Vec<String>, String> {
         let Some(rec) = self.rec.take() else { return Ok(Vec::new()) };
         rec.send(std::mem::take(&mut self.batch));
-        let st = rec.finish().map_err(|e| format!("closing the Parquet files: {e}"))?;
-        Ok(vec![format!(
-            "recorded {} rows ({} of {} sampled, sparse) in {} files, {} bytes, in {}{}",
+        let (st, err) = rec.finish();
+        let line = format!(
+            "recorded {} rows ({} of {} sampled, sparse) in {} files, {} bytes, in {}",
             st.rows_written,
             self.sparse.kept,
             self.sparse.kept + self.sparse.skipped,
             st.files_closed,
             st.bytes_closed,
             self.dir.display(),
-            if st.rows_dropped > 0 {
-                format!("; {} rows dropped while the disk refused them", st.rows_dropped)
-            } else {
-                String::new()
+        );
+        if st.rows_dropped > 0 {
+            self.losses = Some(format!(
+                "{} rows lost: {}",
+                st.rows_dropped,
+                st.dropped_why.as_deref().unwrap_or("the disk refused them")
+            ));
+        }
+        match err {
+            // What was done is said first; then why the recording is not whole.
+            Some(e) => {
+                cachescope_platform::say!("{line}");
+                Err(format!("finishing the Parquet files: {e}"))
             }
-        )])
+            None => Ok(vec![line]),
+        }
+    }
+
+    fn losses(&self) -> Option<String> {
+        self.losses.clone()
     }
 }
 

@@ -25,6 +25,12 @@ use std::time::{Duration, Instant};
 pub const JOURNAL: &str = ".cachescope-uploaded";
 const SIGNED_FOR: Duration = Duration::from_secs(15 * 60);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// A request that cannot connect in this long fails (and is retried later).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request whose reads or writes make no progress for this long fails: a store that takes
+/// connections and never answers holds nothing longer than this, while a large file on a slow
+/// link still goes.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
@@ -139,6 +145,7 @@ pub struct Uploader {
     stats: Arc<Mutex<Stats>>,
     handle: Option<JoinHandle<()>>,
     url: String,
+    dir: PathBuf,
 }
 
 struct Work {
@@ -156,15 +163,7 @@ impl Work {
 
     /// Finished files not yet uploaded, oldest first (names sort by time).
     fn pending(&self) -> Vec<String> {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
-        let mut v: Vec<String> = rd
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".parquet") && !self.done.contains(n))
-            .collect();
-        v.sort();
-        v
+        pending(&self.dir, &self.done)
     }
 
     /// Upload what is pending; Err at the first failure (the rest waits for the retry).
@@ -191,6 +190,29 @@ impl Work {
     }
 }
 
+/// The finished files of `dir` that `done` does not list, oldest first (names sort by time).
+fn pending(dir: &Path, done: &BTreeSet<String>) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut v: Vec<String> = rd
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".parquet") && !done.contains(n))
+        .collect();
+    v.sort();
+    v
+}
+
+/// What `dir`'s journal says the store acknowledged.
+fn acknowledged(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(dir.join(JOURNAL))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect()
+}
+
 fn set(stats: &Mutex<Stats>, f: impl FnOnce(&mut Stats)) {
     f(&mut stats.lock().unwrap_or_else(|p| p.into_inner()));
 }
@@ -198,16 +220,14 @@ fn set(stats: &Mutex<Stats>, f: impl FnOnce(&mut Stats)) {
 impl Uploader {
     /// Start uploading `dir`'s finished files (those of earlier runs too) for `host`.
     pub fn start(dir: PathBuf, host: String, target: Target) -> Uploader {
-        let done: BTreeSet<String> = std::fs::read_to_string(dir.join(JOURNAL))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').next())
-            .map(String::from)
-            .collect();
+        let done = acknowledged(&dir);
         let url = target.url.clone();
-        let agent =
-            ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout(Duration::from_secs(120)).build();
-        let mut work = Work { dir, host, target, agent, done };
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .timeout_read(STALL_TIMEOUT)
+            .timeout_write(STALL_TIMEOUT)
+            .build();
+        let mut work = Work { dir: dir.clone(), host, target, agent, done };
         let stop = Arc::new(AtomicBool::new(false));
         let draining = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(Stats::default()));
@@ -247,32 +267,48 @@ impl Uploader {
                 }
             })
             .ok();
-        Uploader { stop, draining, stats, handle, url }
+        Uploader { stop, draining, stats, handle, url, dir }
     }
 
     pub fn stats(&self) -> Stats {
         self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Upload what is left (the files the run just closed) for up to `deadline`, then stop;
-    /// one line for people. What is not uploaded stays on disk for the next run.
-    pub fn finish(mut self, deadline: Duration) -> String {
+    /// Upload what is left (the files the run just closed) for up to `deadline`, or until
+    /// `interrupt` is set (a second SIGINT/SIGTERM), then stop; one line for people. What is
+    /// not uploaded stays on disk for the next run. A request still under way then is left to
+    /// the process's exit, so the wait is bounded by `deadline`, not by the store.
+    pub fn finish(mut self, deadline: Duration, interrupt: &AtomicBool) -> String {
         self.draining.store(true, Ordering::Relaxed);
         let until = Instant::now() + deadline;
-        while self.handle.as_ref().is_some_and(|h| !h.is_finished()) && Instant::now() < until {
+        while self.handle.as_ref().is_some_and(|h| !h.is_finished())
+            && Instant::now() < until
+            && !interrupt.load(Ordering::Relaxed)
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        if self.handle.as_ref().is_some_and(|h| h.is_finished()) {
+            if let Some(h) = self.handle.take() {
+                let _ = h.join();
+            }
         }
+        // Detached if still in a request: its journal line, if the store answers before the
+        // process ends, is still true.
+        self.handle = None;
         let s = self.stats();
+        // Counted now, from the directory and the journal: files closed after the thread's
+        // last look wait too.
+        let waiting = pending(&self.dir, &acknowledged(&self.dir)).len();
         let mut line = format!("uploaded {} files ({} bytes) to {}", s.uploaded, s.bytes, self.url);
-        if s.pending > 0 {
+        if waiting > 0 {
+            let why = match s.last_error.as_deref() {
+                Some(e) => e.to_string(),
+                None if interrupt.load(Ordering::Relaxed) => "interrupted".into(),
+                None => "out of time".into(),
+            };
             line.push_str(&format!(
-                "; {} not yet (kept on disk, uploaded by the next run into this directory): {}",
-                s.pending,
-                s.last_error.as_deref().unwrap_or("out of time")
+                "; {waiting} not yet (kept on disk, uploaded by the next run into this directory): {why}"
             ));
         } else if s.failures > 0 {
             line.push_str(&format!(" after {} failed attempts", s.failures));

@@ -2,6 +2,7 @@ use super::*;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
 
 fn env(k: &str) -> Option<String> {
     match k {
@@ -81,7 +82,7 @@ fn retries_until_the_store_answers_and_never_twice() {
     let (addr, got) = store(2);
     let t = Target::new("s3://bucket/p", Some(&addr), env).unwrap();
     let u = Uploader::start(dir.path().to_path_buf(), "h".into(), t.clone());
-    let line = u.finish(Duration::from_secs(10));
+    let line = u.finish(Duration::from_secs(10), &AtomicBool::new(false));
     assert!(line.starts_with("uploaded 2 files (30 bytes) to s3://bucket/p after 2 failed attempts"), "{line}");
     let put = got.lock().unwrap().clone();
     assert_eq!(
@@ -98,7 +99,8 @@ fn retries_until_the_store_answers_and_never_twice() {
         dir.path().join("cachescope-h-20261123T102000Z-1-0003.parquet"),
     )
     .unwrap();
-    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t).finish(Duration::from_secs(10));
+    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t)
+        .finish(Duration::from_secs(10), &AtomicBool::new(false));
     assert!(line.starts_with("uploaded 1 files (4 bytes)"), "{line}");
     assert_eq!(got.lock().unwrap().len(), 3, "nothing uploaded twice");
 }
@@ -110,8 +112,45 @@ fn a_store_that_is_down_keeps_the_files_for_later() {
     // Nothing listens there.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let t = Target::new("s3://bucket", Some(&format!("http://127.0.0.1:{port}")), env).unwrap();
-    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t).finish(Duration::from_secs(2));
+    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t)
+        .finish(Duration::from_secs(2), &AtomicBool::new(false));
     assert!(line.contains("1 not yet (kept on disk"), "{line}");
     assert!(!dir.path().join(JOURNAL).exists());
     assert!(dir.path().join("cachescope-h-20261123T100000Z-1-0001.parquet").exists());
+}
+
+/// A store that takes connections and never answers: the run's end waits its deadline, not the
+/// HTTP client's, and every file not acknowledged is counted, however many.
+#[test]
+fn a_store_that_never_answers_holds_the_end_no_longer_than_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 1..=3 {
+        std::fs::write(dir.path().join(format!("cachescope-h-20261123T10000{i}Z-1-000{i}.parquet")), b"rows").unwrap();
+    }
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", l.local_addr().unwrap());
+    // Accepted and held open, never read from nor answered.
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            h.lock().unwrap().push(s);
+        }
+    });
+    let t = Target::new("s3://bucket", Some(&addr), env).unwrap();
+    let u = Uploader::start(dir.path().to_path_buf(), "h".into(), t);
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let line = u.finish(Duration::from_secs(2), &AtomicBool::new(false));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the end waited {took:?}");
+    assert!(line.contains("3 not yet (kept on disk"), "{line}");
+    assert!(!held.lock().unwrap().is_empty(), "the store was reached");
+    // Interrupted: at once.
+    let t = Target::new("s3://bucket", Some(&addr), env).unwrap();
+    let u = Uploader::start(dir.path().to_path_buf(), "h".into(), t);
+    let started = Instant::now();
+    let line = u.finish(Duration::from_secs(30), &AtomicBool::new(true));
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(line.contains("3 not yet"), "{line}");
 }

@@ -164,7 +164,7 @@ fn claims(raw: &[u8]) -> (Vec<Claim>, usize) {
         };
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        if len < HEAD + 8 || len > MAX_ENTRY || len > after.len() {
+        if !(HEAD + 8..=MAX_ENTRY).contains(&len) || len > after.len() {
             // The length itself is damaged (or the entry torn): nothing after it can be framed.
             damaged += 1;
             break;

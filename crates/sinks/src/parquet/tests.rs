@@ -47,7 +47,11 @@ fn writes_schema_metadata_and_nulls() {
     for t in 1..=10 {
         s.push(rows(t, 3));
     }
-    let st = s.close().expect("close");
+    let st = {
+        let (st, e) = s.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
     assert_eq!((st.rows_accepted, st.rows_written, st.files_closed), (30, 30, 1));
     let (files, partial) = report::files(&[dir.path().to_path_buf()]).expect("files");
     assert_eq!(files.len(), 1);
@@ -114,7 +118,9 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert!(files.is_empty());
     assert_eq!(partial.len(), 1);
     let recovered = recover_dir(dir.path()).expect("recover");
-    let [Recovery::Recovered { path, rows: 8, row_groups: 2, lost: 0 }] = &recovered[..] else { panic!("{recovered:?}") };
+    let [Recovery::Recovered { path, rows: 8, row_groups: 2, lost: 0 }] = &recovered[..] else {
+        panic!("{recovered:?}")
+    };
     let recovered = vec![path.clone()];
     let total: usize = read_all(&recovered).iter().map(|b| b.num_rows()).sum();
     assert_eq!(total, 8, "both flushed row groups survive");
@@ -141,7 +147,11 @@ fn rotates_by_size() {
         s.push(rows(t, 2));
         s.flush(Instant::now()).expect("flush");
     }
-    let st = s.close().expect("close");
+    let st = {
+        let (st, e) = s.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
     assert_eq!(st.files_closed, 3);
     let (files, _) = report::files(&[dir.path().to_path_buf()]).expect("files");
     assert_eq!(files.len(), 3);
@@ -211,7 +221,11 @@ fn disk_full_is_survived() {
     // Room again: everything pending is written.
     std::fs::remove_file(&filler).expect("rm filler");
     s.flush(Instant::now()).expect("flush after space is back");
-    let st = s.close().expect("close");
+    let st = {
+        let (st, e) = s.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
     assert_eq!(st.rows_dropped, 0);
     let (files, partial) = report::files(std::slice::from_ref(&out)).expect("files");
     assert!(partial.is_empty(), "{partial:?} {st:?}");
@@ -349,7 +363,11 @@ fn recovery_keeps_every_row_group_that_verifies_and_nothing_else() {
             let mut d = c.data.clone();
             d[at as usize] ^= 0x5a;
             let k = k as i64 + 1;
-            assert_eq!(recovered_times(&d, Some(&c.journal)), Some(times((1..=5).filter(|x| *x != k))), "data byte {at}");
+            assert_eq!(
+                recovered_times(&d, Some(&c.journal)),
+                Some(times((1..=5).filter(|x| *x != k))),
+                "data byte {at}"
+            );
         }
     }
     let mut d = c.data.clone();

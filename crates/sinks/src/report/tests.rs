@@ -43,7 +43,11 @@ fn record(dir: &Path) {
         ];
         sink.push(sparse.filter(rows));
     }
-    sink.close().expect("close");
+    {
+        let (st, e) = sink.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
 }
 
 #[test]
@@ -98,7 +102,11 @@ fn bad_files_are_named_and_impossible_rows_skipped() {
     };
     // 1 GB in 1 ns, and a zero interval: impossible; then two plausible rows.
     sink.push(vec![mk(1, 1, 1_000_000_000), mk(2, 0, 10), mk(3, 1_000_000, 1_000_000), mk(4, 1_000_000, 1_000_000)]);
-    sink.close().expect("close");
+    {
+        let (st, e) = sink.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
     for f in std::fs::read_dir(odd.path()).expect("dir").flatten() {
         let name = format!("odd-{}", f.file_name().to_string_lossy());
         std::fs::copy(f.path(), dir.path().join(name)).expect("copy");
@@ -140,7 +148,11 @@ fn an_idle_container_lasts_to_the_end_of_the_recording() {
         };
         sink.push(sparse.filter(vec![mk(&busy, Some(1_000_000)), mk(&idle, Some(0))]));
     }
-    sink.close().expect("close");
+    {
+        let (st, e) = sink.close();
+        assert!(e.is_none(), "close: {e:?}");
+        st
+    };
     let (f, _) = files(&[dir.path().to_path_buf()]).expect("files");
     let (s, _) = summarize(&f).expect("summarize");
     let seconds = |id: &str| s.iter().find(|x| x.container_id == id).expect(id).seconds;
