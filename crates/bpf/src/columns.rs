@@ -8,7 +8,7 @@
 
 use crate::{capacity_for, Attribution};
 use cachescope_engine::containers::Container;
-use cachescope_engine::pmu::{Counted, PmuSample, PmuSource};
+use cachescope_engine::pmu::{Counted, Gap, PmuSample, PmuSource};
 use cachescope_engine::ContainerMeta;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cgroup::{self, CgroupCollector};
@@ -70,6 +70,10 @@ pub struct PmuColumns {
     cpu_ns: BTreeMap<String, u64>,
     reads: u64,
     description: String,
+    /// The kernel's count of dropped charges at the last drain, and the gap the last drain
+    /// found.
+    lost_seen: u64,
+    gap: Option<Gap>,
 }
 
 fn usable(e: &Encoded) -> bool {
@@ -129,6 +133,8 @@ impl PmuColumns {
             cpu_ns: BTreeMap::new(),
             reads: 0,
             description,
+            lost_seen: 0,
+            gap: None,
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -298,6 +304,18 @@ impl PmuSource for PmuColumns {
                 let rows = a.drain().map_err(|e| e.to_string())?;
                 // Every slot before the previous one is complete and drained.
                 let mark = Duration::from_nanos(a.current_slot().saturating_sub(1) * slot_ns);
+                // The map filled since the last drain (the collector fell behind): the slots
+                // where charges were dropped have partial counts.
+                let lost = a.lost_charges().map_err(|e| e.to_string())?;
+                if lost > self.lost_seen {
+                    if let Some((first, last)) = a.take_lost_slots().map_err(|e| e.to_string())? {
+                        let (from, to) = (first * slot_ns, (last + 1) * slot_ns);
+                        let charges = lost - self.lost_seen;
+                        self.gap =
+                            Some(Gap { from: Duration::from_nanos(from), to: Duration::from_nanos(to), charges });
+                    }
+                    self.lost_seen = lost;
+                }
                 let mut last = None;
                 for r in rows {
                     if last != Some(r.slot) {
@@ -323,6 +341,10 @@ impl PmuSource for PmuColumns {
                 Ok(now)
             }
         }
+    }
+
+    fn gap(&mut self) -> Option<Gap> {
+        self.gap.take()
     }
 
     /// CPU use per container over the period, where no hardware event is counted (else the

@@ -113,6 +113,8 @@ pub struct Attribution {
     /// Batch buffers, kept between drains (a drain runs up to every slot).
     keys: Vec<Key>,
     vals: Vec<u8>,
+    /// The newest slot any charge reached the map in.
+    newest: u64,
 }
 
 /// Slot-map capacity for `cgroups` active cgroups drained every `drain_every` slots: each
@@ -208,6 +210,7 @@ impl Attribution {
             cpu_totals: vec![0; ncpus as usize],
             keys: vec![Key::default(); BATCH],
             vals: vec![0u8; BATCH * ncpus as usize * VAL_SIZE],
+            newest: 0,
         })
     }
 
@@ -276,6 +279,7 @@ impl Attribution {
             };
             let errno = if rc < 0 { std::io::Error::last_os_error().raw_os_error() } else { None };
             for (i, k) in keys.iter().take(count as usize).copied().enumerate() {
+                self.newest = self.newest.max(k.slot);
                 for cpu in 0..self.ncpus {
                     let base = (i * self.ncpus + cpu) * VAL_SIZE;
                     let w = |j: usize| {
@@ -320,16 +324,47 @@ impl Attribution {
         Ok(())
     }
 
-    /// The in-kernel counters of what could not be done.
-    pub fn stats(&self) -> Result<BpfStats, BpfError> {
-        let get = |i: u32| -> Result<u64, BpfError> {
+    /// The slots charges were lost in since the last call (first, last), if any: the map
+    /// was full (the collector fell behind), so those slots' counts are incomplete. Call when
+    /// [`Attribution::lost_charges`] grew. The kernel may lose one more between the read and
+    /// the clearing of the first slot; the last one is never cleared, so the range still ends
+    /// right.
+    pub fn take_lost_slots(&self) -> Result<Option<(u64, u64)>, BpfError> {
+        let words = |i: u32| -> Result<Vec<u64>, BpfError> {
             let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).map_err(lb("reading stats"))?;
             Ok(per_cpu
                 .unwrap_or_default()
                 .iter()
                 .map(|b| b.get(..8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes))
-                .sum())
+                .collect())
         };
+        let first = words(5)?.into_iter().filter(|&s| s > 0).min();
+        let last = words(6)?.into_iter().max();
+        let zeros = vec![vec![0u8; 8]; self.ncpus];
+        self.stats.update_percpu(&5u32.to_ne_bytes(), &zeros, MapFlags::ANY).map_err(lb("clearing stats"))?;
+        // Before anything was lost since the last call, `first` is 0 everywhere: then the
+        // loss began after the newest slot drained.
+        Ok(last.filter(|&l| l > 0).map(|l| (first.unwrap_or(self.newest).min(l), l)))
+    }
+
+    /// Charges dropped because the map was full, since start (one lookup: cheap enough for
+    /// every drain).
+    pub fn lost_charges(&self) -> Result<u64, BpfError> {
+        self.stat(0)
+    }
+
+    fn stat(&self, i: u32) -> Result<u64, BpfError> {
+        let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).map_err(lb("reading stats"))?;
+        Ok(per_cpu
+            .unwrap_or_default()
+            .iter()
+            .map(|b| b.get(..8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes))
+            .sum())
+    }
+
+    /// The in-kernel counters of what could not be done.
+    pub fn stats(&self) -> Result<BpfStats, BpfError> {
+        let get = |i: u32| self.stat(i);
         Ok(BpfStats {
             lost_charges: get(0)?,
             read_failures: get(1)?,

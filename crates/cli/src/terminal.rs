@@ -165,6 +165,8 @@ pub struct Progress {
     pub every: Duration,
     last: Option<Duration>,
     sampled: u64,
+    /// PMU charges lost, as last said.
+    lost_said: u64,
 }
 
 impl Progress {
@@ -173,7 +175,7 @@ impl Progress {
         use std::io::IsTerminal;
         let every =
             if std::io::stderr().is_terminal() { print_every } else { print_every.max(Duration::from_secs(60)) };
-        Progress { record, every, last: None, sampled: 0 }
+        Progress { record, every, last: None, sampled: 0, lost_said: 0 }
     }
 
     pub fn line(&self, st: &RunStatus) -> String {
@@ -193,6 +195,9 @@ impl Progress {
             st.unmonitored,
             failed_reads(st)
         ));
+        if st.pmu_lost_charges > 0 {
+            o.push_str(&format!("; {} PMU charges lost", st.pmu_lost_charges));
+        }
         o
     }
 }
@@ -211,6 +216,16 @@ impl Sink for Progress {
 
     fn status(&mut self, st: &RunStatus) -> Flow {
         let flow = self.record.as_mut().map_or(Flow::Continue, |r| r.status(st));
+        if st.pmu_lost_charges > self.lost_said {
+            // Said when it happens, not a minute later.
+            cachescope_platform::say!(
+                "t={:.1}s: the collector fell behind and the kernel dropped PMU charges ({} since the start): the \
+                 rows of that time have null cpu_ns and PMU columns",
+                st.t.as_secs_f64(),
+                st.pmu_lost_charges
+            );
+            self.lost_said = st.pmu_lost_charges;
+        }
         if self.last.is_none_or(|l| st.t.saturating_sub(l) >= self.every) {
             cachescope_platform::say!("{}", self.line(st));
             self.last = Some(st.t);

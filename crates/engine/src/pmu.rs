@@ -34,6 +34,15 @@ impl Counted {
     }
 }
 
+/// A time the source could not count completely (its kernel buffer filled while the collector
+/// fell behind): CLOCK_MONOTONIC, and the charges it dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    pub from: Duration,
+    pub to: Duration,
+    pub charges: u64,
+}
+
 pub trait PmuSource {
     /// What is counted and how, for the header and the file metadata.
     fn describe(&self) -> String;
@@ -46,6 +55,10 @@ pub trait PmuSource {
     /// Move the completed slots into `out`; returns the watermark: every slot ending at or
     /// before it (CLOCK_MONOTONIC) has been delivered. An error ends counting.
     fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String>;
+    /// After [`PmuSource::drain`]: a time whose counts are incomplete, found by that drain.
+    fn gap(&mut self) -> Option<Gap> {
+        None
+    }
     /// A header line for the period since it was last asked (e.g. CPU use per container).
     fn header(&mut self, _period: Duration) -> Option<String> {
         None
@@ -74,10 +87,12 @@ impl Totals {
     }
 }
 
-/// Drained slots waiting for their rows: container id → domain → slots in time order.
+/// Drained slots waiting for their rows: container id → domain → slots in time order; and
+/// the gaps, where rows get no values rather than a part of them.
 #[derive(Default)]
 pub struct Join {
     slots: BTreeMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
+    gaps: VecDeque<(Duration, Duration)>,
 }
 
 impl Join {
@@ -107,6 +122,23 @@ impl Join {
         t
     }
 
+    /// Counts in (`from`, `to`] are incomplete: rows overlapping it get none.
+    pub fn gap(&mut self, from: Duration, to: Duration) {
+        match self.gaps.back_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => self.gaps.push_back((from, to)),
+        }
+    }
+
+    /// Whether (`from`, `until`] overlaps a gap; gaps wholly before `from` are let go (rows are
+    /// asked in time order).
+    pub fn in_gap(&mut self, from: Duration, until: Duration) -> bool {
+        while self.gaps.front().is_some_and(|g| g.1 <= from.saturating_sub(Duration::from_secs(10))) {
+            self.gaps.pop_front();
+        }
+        self.gaps.iter().any(|&(a, b)| a < until && from < b)
+    }
+
     /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
     /// taking them.
     pub fn peek(&self, id: &str, domain: u32, after: Duration, until: Duration) -> Totals {
@@ -123,5 +155,28 @@ impl Join {
             q.pop_front();
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_overlapping_a_gap_are_in_it_and_gaps_merge() {
+        let ms = Duration::from_millis;
+        let mut j = Join::default();
+        j.gap(ms(100), ms(200));
+        j.gap(ms(150), ms(300)); // overlapping: one gap
+        j.gap(ms(500), ms(501));
+        assert_eq!(j.gaps.len(), 2);
+        assert!(!j.in_gap(ms(99), ms(100)), "an interval ending where the gap starts");
+        assert!(j.in_gap(ms(99), ms(101)));
+        assert!(j.in_gap(ms(299), ms(300)));
+        assert!(!j.in_gap(ms(300), ms(301)));
+        assert!(j.in_gap(ms(400), ms(600)), "an interval spanning a gap");
+        // Gaps long past are let go.
+        assert!(!j.in_gap(ms(20_000), ms(20_001)));
+        assert!(j.gaps.is_empty());
     }
 }

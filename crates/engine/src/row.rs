@@ -182,6 +182,10 @@ pub struct Pmu {
     pub instructions: Option<u64>,
     pub llc_references: Option<u64>,
     pub llc_misses: Option<u64>,
+    /// The source dropped counts of this interval (the collector fell behind): every PMU value
+    /// and the CPU time are unknown, and the row is kept however sparse the output (a reader
+    /// must not take the interval for one where nothing moved).
+    pub lost: bool,
 }
 
 impl Pmu {
@@ -190,7 +194,7 @@ impl Pmu {
     }
 
     pub fn from_values(v: [Option<u64>; 4]) -> Pmu {
-        Pmu { cycles: v[0], instructions: v[1], llc_references: v[2], llc_misses: v[3] }
+        Pmu { cycles: v[0], instructions: v[1], llc_references: v[2], llc_misses: v[3], lost: false }
     }
 }
 

@@ -14,7 +14,7 @@ use crate::clock::{Clock, Wake};
 use crate::containers::{Change, ContainerSource};
 use crate::derive::Derive;
 use crate::pmu::{Counted, Join, PmuSample, PmuSource};
-use crate::row::{Row, Status};
+use crate::row::{Pmu, Row, Status};
 use crate::sched::{Lateness, TickerError};
 use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
@@ -132,6 +132,7 @@ struct State {
     samples: u64,
     messages: Vec<String>,
     read_errors: u64,
+    lost: PmuLost,
 }
 
 impl State {
@@ -243,6 +244,12 @@ impl State {
             Ok(mark) => {
                 self.join.push(&mut self.drained);
                 self.watermark = Some(mark.saturating_sub(self.origin));
+                if let Some(g) = pmu.gap() {
+                    self.join.gap(g.from, g.to);
+                    self.lost.charges += g.charges;
+                    self.lost.gaps += 1;
+                    self.lost.span += g.to.saturating_sub(g.from);
+                }
             }
             Err(e) => {
                 self.messages.push(format!("PMU counting stopped: {e}"));
@@ -264,9 +271,23 @@ impl State {
             let n = q.at[..before_forget].iter().take_while(|&&at| mark.is_none_or(|m| at <= m)).count();
             if n > 0 {
                 if self.counted.any() {
+                    // An emulated world driven by the PMU's CPU time has no bandwidth either
+                    // where that time is unknown.
+                    let driven = self.p.world.is_some();
                     for (row, &at) in q.rows[..n].iter_mut().zip(&q.at) {
-                        let t = self.join.take(&row.container.id, row.domain, self.origin + at);
-                        (row.pmu, row.cpu_ns) = t.columns(self.counted);
+                        let until = self.origin + at;
+                        let t = self.join.take(&row.container.id, row.domain, until);
+                        let from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
+                        if self.join.in_gap(from, until) {
+                            // Part of the counts were dropped: none, rather than a part.
+                            (row.pmu, row.cpu_ns) = (Pmu { lost: true, ..Default::default() }, None);
+                            if driven {
+                                (row.mbm_total_bytes, row.mbm_local_bytes) = (None, None);
+                            }
+                            self.lost.rows += 1;
+                        } else {
+                            (row.pmu, row.cpu_ns) = t.columns(self.counted);
+                        }
                     }
                 }
                 for s in self.p.sinks.iter_mut() {
@@ -319,6 +340,7 @@ impl State {
             l3_bytes: info.l3_bytes.map(|b| info.domains.iter().map(|&d| (d, b)).collect()).unwrap_or_default(),
             emulated: info.emulated.clone(),
             read_errors: vec![("error", self.read_errors)],
+            pmu_lost_charges: self.lost.charges,
             extra,
         };
         let mut flow = Flow::Continue;
@@ -328,6 +350,32 @@ impl State {
             }
         }
         flow
+    }
+}
+
+/// What the PMU source could not count: the kernel's buffer filled while the collector fell
+/// behind (stopped, starved of CPU).
+#[derive(Debug, Default)]
+struct PmuLost {
+    charges: u64,
+    gaps: u64,
+    span: Duration,
+    /// Rows given no PMU values (and no CPU time) for it.
+    rows: u64,
+}
+
+impl PmuLost {
+    fn summary(&self) -> Option<String> {
+        (self.charges > 0).then(|| {
+            format!(
+                "PMU counts incomplete: {} charges dropped in {} gaps over {:.1} s (the collector fell behind and the \
+                 kernel's slot map filled); {} rows of that time have null cpu_ns and PMU columns",
+                self.charges,
+                self.gaps,
+                self.span.as_secs_f64(),
+                self.rows
+            )
+        })
     }
 }
 
@@ -399,6 +447,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         samples: 0,
         messages: Vec::new(),
         read_errors: 0,
+        lost: PmuLost::default(),
     };
     let mut summary = Summary::default();
     let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);
@@ -429,6 +478,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         summary.losses.extend(s.losses());
     }
     st.messages.extend(st.budget.summary(opts.interval, st.samples));
+    st.messages.extend(st.lost.summary());
     summary.samples = st.samples;
     summary.messages = std::mem::take(&mut st.messages);
     match first_err {

@@ -27,6 +27,9 @@ pub struct RunStatus {
     pub emulated: Option<String>,
     /// Reads that failed where a value should exist (`error` rows), by kind.
     pub read_errors: Vec<(&'static str, u64)>,
+    /// Charges the PMU source dropped since the start (its kernel buffer filled while the
+    /// collector fell behind); the rows of that time have no PMU values.
+    pub pmu_lost_charges: u64,
     /// The backend's and the PMU source's own lines.
     pub extra: Vec<String>,
 }

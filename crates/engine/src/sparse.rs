@@ -75,6 +75,7 @@ impl Sparse {
                 None => None,
             };
             let keep = moved(&counters)
+                || r.pmu.lost
                 || match prev {
                     None => true,
                     Some(k) => {
@@ -181,6 +182,16 @@ mod tests {
         assert_eq!(s.filter(vec![row(1000, None, None, Status::Unavailable)]).len(), 1);
         assert!(s.filter(vec![row(1001, None, None, Status::Unavailable)]).is_empty());
         assert_eq!((s.kept, s.skipped), (6, 6));
+    }
+
+    #[test]
+    fn rows_whose_counts_were_lost_are_all_kept() {
+        let mut s = Sparse::new(100, 1_000_000_000);
+        assert_eq!(s.filter(vec![row(1, Some(1000), Some(0), Status::Ok)]).len(), 1);
+        let lost = |t| Row { pmu: Pmu { lost: true, ..Pmu::default() }, ..row(t, Some(1000), None, Status::Ok) };
+        // Unchanged occupancy, no counter: skipped were it not for the loss.
+        assert_eq!(s.filter(vec![lost(2), lost(3), lost(4)]).len(), 3);
+        assert_eq!((s.kept, s.skipped), (4, 0));
     }
 
     #[test]

@@ -223,6 +223,15 @@ fn fact_rows(f: &Facts) -> Vec<(&'static str, String)> {
     ));
     rows.push(("L3 per domain", f.l3_bytes.map_or("unknown".into(), |b| format!("{:.0} MiB", b as f64 / MIB))));
     rows.push(("PMU columns", list(&f.pmu, "-")));
+    if f.pmu_lost_charges > 0 {
+        rows.push((
+            "PMU lost",
+            format!(
+                "{} charges dropped while the recorder fell behind: those intervals have null cpu_ns and PMU columns",
+                f.pmu_lost_charges
+            ),
+        ));
+    }
     rows.push((
         "data",
         format!(

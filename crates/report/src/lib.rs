@@ -53,6 +53,9 @@ pub struct Facts {
     pub interval_ns: i64,
     pub long_intervals: u64,
     pub longest_interval_ns: Option<i64>,
+    /// PMU charges the recorder dropped because it fell behind; the rows of that time have
+    /// null cpu_ns and PMU columns.
+    pub pmu_lost_charges: u64,
 }
 
 /// One container in one domain, over the grid.
@@ -138,6 +141,7 @@ fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64) -> F
         interval_ns,
         long_intervals: r.long_intervals,
         longest_interval_ns: r.longest_interval_ns,
+        pmu_lost_charges: info.pmu_lost_charges,
     }
 }
 
@@ -277,6 +281,7 @@ pub fn analyze(rec: Recording) -> Report {
         hosts: rec.hosts.clone(),
         provenance: rec.provenance.clone(),
         files: rec.files,
+        pmu_lost_charges: 0,
     };
     a.finish(&info, &mut Vec::new())
 }

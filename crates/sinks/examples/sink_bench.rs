@@ -57,6 +57,7 @@ fn main() {
                         instructions: Some(3_000_000 + rnd()),
                         llc_references: Some(20_000 + rnd()),
                         llc_misses: Some(5_000 + rnd()),
+                        lost: false,
                     },
                     cpu_ns: Some(900_000 + rnd()),
                     status: Status::Ok,

@@ -35,6 +35,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const SCHEMA_VERSION: &str = "3";
+/// File metadata: PMU charges dropped while the file was open (absent: none).
+pub const PMU_LOST: &str = "cachescope.pmu_lost_charges";
 
 /// The time zone of the timestamp columns: instants, as CLOCK_REALTIME.
 const UTC: &str = "UTC";
@@ -172,6 +174,9 @@ pub struct Options {
     /// Set (by SIGHUP, logrotate's convention) to finish the file being filled now; the next
     /// rows start a new one.
     pub rotate_now: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// PMU charges dropped since the run's start, kept current by the run: each file's
+    /// metadata says how many were dropped while it was open (`cachescope.pmu_lost_charges`).
+    pub pmu_lost: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Options {
@@ -187,6 +192,7 @@ impl Options {
             rotate_bytes: 256 << 20,
             max_pending_bytes: 256 << 20,
             rotate_now: None,
+            pmu_lost: None,
         }
     }
 }
@@ -244,6 +250,8 @@ pub struct ParquetSink {
     /// so that a file is finished `rotate_every` after its first row, whatever the flushes.
     file_since: Option<Instant>,
     stats: Arc<Mutex<Stats>>,
+    /// The run's dropped PMU charges when the file being filled began ([`Options::pmu_lost`]).
+    lost_mark: u64,
     /// The directory's lock ([`LOCK`]), held while the sink lives: one writer per directory.
     _lock: Option<File>,
 }
@@ -385,6 +393,7 @@ impl ParquetSink {
             seq: 0,
             last_flush: Instant::now(),
             file_since: None,
+            lost_mark: 0,
             stats: Arc::new(Mutex::new(Stats::default())),
             _lock: Some(lock),
         })
@@ -405,6 +414,10 @@ impl ParquetSink {
         let n = rows.len() as u64;
         if n > 0 && self.file_since.is_none() {
             self.file_since = Some(Instant::now());
+        }
+        if self.file.is_none() && self.buffer.is_empty() && self.pending.is_empty() {
+            // The file these rows will open starts here: PMU losses from now are its own.
+            self.lost_mark = self.pmu_lost();
         }
         self.buffer.extend(rows);
         self.with_stats(|s| s.rows_accepted += n);
@@ -583,6 +596,11 @@ impl ParquetSink {
         let Some(mut f) = self.file.take() else { return Ok(()) };
         // Rows accepted from now on start the next file's clock.
         self.file_since = (!self.buffer.is_empty() || !self.pending.is_empty()).then(Instant::now);
+        let now_lost = self.pmu_lost();
+        let lost = now_lost.saturating_sub(std::mem::replace(&mut self.lost_mark, now_lost));
+        if lost > 0 {
+            f.writer.append_key_value_metadata(KeyValue::new(PMU_LOST.into(), lost.to_string()));
+        }
         let finished = f
             .writer
             .finish()
@@ -616,6 +634,10 @@ impl ParquetSink {
             s.bytes_closed += size;
         });
         Ok(())
+    }
+
+    fn pmu_lost(&self) -> u64 {
+        self.opts.pmu_lost.as_ref().map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// A failure to make a file, told as the directory's loss when that is what it is.

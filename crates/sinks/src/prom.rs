@@ -47,6 +47,8 @@ pub struct Metrics {
     /// Rows whose counters read Error: a read that should have had a value.
     read_errors: u64,
     missed_ticks: u64,
+    /// Charges the PMU source dropped (the collector fell behind).
+    pmu_lost_charges: u64,
     /// (domain, L3 bytes).
     l3_bytes: Vec<(u32, u64)>,
     /// What drives emulated values, when they are.
@@ -109,6 +111,7 @@ impl Metrics {
         self.rmids_limbo = st.rmids_limbo;
         self.containers_unmonitored = st.unmonitored;
         self.missed_ticks = st.missed;
+        self.pmu_lost_charges = st.pmu_lost_charges;
         self.l3_bytes = st.l3_bytes.clone();
         self.emulated = st.emulated.clone();
     }
@@ -246,6 +249,12 @@ impl Metrics {
         let _ =
             writeln!(o, "# HELP {m} Sampling wake-ups missed because the previous one overran.\n# TYPE {m} counter");
         let _ = writeln!(o, "{m} {}", self.missed_ticks);
+        let p = "cachescope_pmu_lost_charges_total";
+        let _ = writeln!(
+            o,
+            "# HELP {p} PMU charges dropped because the collector fell behind; those intervals' rows have no PMU values.\n# TYPE {p} counter"
+        );
+        let _ = writeln!(o, "{p} {}", self.pmu_lost_charges);
         let l = "cachescope_l3_size_bytes";
         let _ = writeln!(o, "# HELP {l} Size of the L3 cache of each domain.\n# TYPE {l} gauge");
         for (d, b) in &self.l3_bytes {

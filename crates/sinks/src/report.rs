@@ -210,6 +210,8 @@ pub struct FileInfo {
     pub provenance: BTreeSet<String>,
     /// Files read.
     pub files: usize,
+    /// PMU charges dropped while they were written (their `cachescope.pmu_lost_charges`).
+    pub pmu_lost_charges: u64,
 }
 
 fn strings<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a arrow_array::StringArray, SinkError> {
@@ -292,6 +294,10 @@ fn read_file(
     // Only a file that could be read contributes what it says of itself.
     info.provenance.extend(provenance_of(&kv, &said));
     for k in kv {
+        if k.key == crate::parquet::PMU_LOST {
+            info.pmu_lost_charges += k.value.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            continue;
+        }
         if let Some(v) = k.value {
             info.metadata.entry(k.key).or_default().insert(v);
         }

@@ -78,6 +78,8 @@ pub struct RecordSink {
     sent_ns: Option<i64>,
     /// Rows that never reached a file, said at the end.
     losses: Option<String>,
+    /// The run's dropped PMU charges, for the files' metadata.
+    pmu_lost: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl RecordSink {
@@ -89,6 +91,8 @@ impl RecordSink {
         p.metadata = o.metadata;
         p.provenance = o.provenance;
         p.rotate_now = o.rotate_now;
+        let pmu_lost = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        p.pmu_lost = Some(pmu_lost.clone());
         p.metadata.push((
             "cachescope.sparse".into(),
             "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),
@@ -102,6 +106,7 @@ impl RecordSink {
             batch: Vec::new(),
             sent_ns: None,
             losses: None,
+            pmu_lost,
         })
     }
 }
@@ -131,7 +136,8 @@ impl Sink for RecordSink {
         Flow::Continue
     }
 
-    fn status(&mut self, _: &RunStatus) -> Flow {
+    fn status(&mut self, st_run: &RunStatus) -> Flow {
+        self.pmu_lost.store(st_run.pmu_lost_charges, std::sync::atomic::Ordering::Relaxed);
         let Some(rec) = &self.rec else { return Flow::Continue };
         let st = rec.stats();
         match (&st.failing, self.failing) {

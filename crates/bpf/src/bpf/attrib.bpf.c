@@ -60,10 +60,11 @@ struct {
 } acc SEC(".maps");
 
 // 0: charges lost (hash full), 1: counter reads failed, 2: counts of event 0 lost,
-// 3: baselines taken (first read of an event on a CPU), 4: charges made.
+// 3: baselines taken (first read of an event on a CPU), 4: charges made,
+// 5: the first slot a charge was lost in since user space last cleared it, 6: the last one.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 5);
+	__uint(max_entries, 7);
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
@@ -76,6 +77,19 @@ static __always_inline void bump(__u32 i, __u64 d)
 	__u64 *p = bpf_map_lookup_elem(&stats, &i);
 	if (p)
 		*p += d;
+}
+
+// Where charges were lost: user space marks those slots' counts as unknown.
+static __always_inline void mark_lost(__u64 slot)
+{
+	__u32 i = 5;
+	__u64 *p = bpf_map_lookup_elem(&stats, &i);
+	if (p && (*p == 0 || *p > slot))
+		*p = slot;
+	i = 6;
+	p = bpf_map_lookup_elem(&stats, &i);
+	if (p && *p < slot)
+		*p = slot;
 }
 
 #define READ(I, MAP)                                                                  \
@@ -127,6 +141,7 @@ static __always_inline void charge(int is_switch)
 		if (!a) {
 			bump(0, 1);
 			bump(2, d[0]);
+			mark_lost(k.slot);
 			return;
 		}
 	}

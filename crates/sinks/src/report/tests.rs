@@ -23,7 +23,13 @@ fn record(dir: &Path) {
             llc_occupancy_bytes: occ,
             mbm_total_bytes: mbm,
             mbm_local_bytes: mbm.map(|x| x / 2),
-            pmu: Pmu { cycles: Some(1000), instructions: Some(500), llc_references: None, llc_misses: Some(5) },
+            pmu: Pmu {
+                cycles: Some(1000),
+                instructions: Some(500),
+                llc_references: None,
+                llc_misses: Some(5),
+                lost: false,
+            },
             cpu_ns: None,
             status,
         };
