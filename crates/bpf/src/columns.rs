@@ -16,7 +16,7 @@ use cachescope_perf::counter::{CounterGroup, Target};
 use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::format::{Encoded, Pmu as CorePmu};
 use cachescope_platform::clock::monotonic;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,7 +74,19 @@ pub struct PmuColumns {
     /// found.
     lost_seen: u64,
     gap: Option<Gap>,
+    /// Slots of cgroups no followed container holds yet (domain, slot end, values): a
+    /// container seen after it started running is charged from its first slot, not from when
+    /// it was found. Kept for [`ORPHANS_FOR`].
+    orphans: HashMap<u64, Vec<(u32, Duration, Vec<u64>)>>,
+    orphan_count: usize,
+    /// Orphan slots of a container just followed, for the next drain.
+    ready: Vec<PmuSample>,
 }
+
+/// How long slots of a cgroup no container holds are kept, waiting for one to be found.
+const ORPHANS_FOR: Duration = Duration::from_secs(2);
+/// At most this many orphan slots are kept (a host with many unfollowed cgroups).
+const MAX_ORPHANS: usize = 200_000;
 
 fn usable(e: &Encoded) -> bool {
     CounterGroup::open(&Target::Cpu(0), std::slice::from_ref(e)).is_ok()
@@ -135,6 +147,9 @@ impl PmuColumns {
             description,
             lost_seen: 0,
             gap: None,
+            orphans: HashMap::new(),
+            orphan_count: 0,
+            ready: Vec::new(),
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -217,6 +232,16 @@ impl PmuColumns {
         None
     }
 
+    /// A cgroup now held by `meta`: its orphan slots become its samples (for the next drain).
+    fn adopt(&mut self, cgroup_id: u64, meta: &Arc<ContainerMeta>) {
+        let Some(v) = self.orphans.remove(&cgroup_id) else { return };
+        self.orphan_count -= v.len().min(self.orphan_count);
+        for (domain, end, values) in v {
+            let s = self.sample(meta, domain, end, &values);
+            self.ready.push(s);
+        }
+    }
+
     /// Whether the llc_misses column is counted.
     pub fn counts_llc_misses(&self) -> bool {
         self.counted.pmu[3]
@@ -265,6 +290,7 @@ impl PmuSource for PmuColumns {
             Source::Bpf(_) => {
                 if let Some(cg) = c.cgroup_id {
                     self.by_cgroup.insert(cg, c.meta.clone());
+                    self.adopt(cg, &c.meta);
                 }
                 if let Some(dir) = &c.dir {
                     self.dirs.insert(c.id().to_string(), (dir.clone(), c.meta.clone()));
@@ -317,16 +343,35 @@ impl PmuSource for PmuColumns {
                     self.lost_seen = lost;
                 }
                 let mut last = None;
+                out.append(&mut self.ready);
                 for r in rows {
                     if last != Some(r.slot) {
                         last = Some(r.slot);
                         self.reads += 1;
                     }
-                    let Some(meta) = self.owner(r.cgroup_id) else { continue };
                     let end = Duration::from_nanos((r.slot + 1) * slot_ns);
+                    let Some(meta) = self.owner(r.cgroup_id) else {
+                        if r.cgroup_id != crate::IDLE && self.orphan_count < MAX_ORPHANS {
+                            self.orphans.entry(r.cgroup_id).or_default().push((r.domain, end, r.values));
+                            self.orphan_count += 1;
+                        }
+                        continue;
+                    };
+                    if self.orphans.contains_key(&r.cgroup_id) {
+                        self.adopt(r.cgroup_id, &meta);
+                        out.append(&mut self.ready);
+                    }
                     let s = self.sample(&meta, r.domain, end, &r.values);
                     out.push(s);
                 }
+                let old = mark.saturating_sub(ORPHANS_FOR);
+                let mut n = 0;
+                self.orphans.retain(|_, v| {
+                    v.retain(|(_, end, _)| *end > old);
+                    n += v.len();
+                    !v.is_empty()
+                });
+                self.orphan_count = n;
                 Ok(mark)
             }
             Source::Perf(col) => {

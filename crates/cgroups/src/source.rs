@@ -106,12 +106,13 @@ impl ContainerSource for HostContainers {
                         cgroup_id: c.cgroup_id,
                         dir: Some(self.root.join(&c.rel)),
                         cpus: None,
+                        seen_at: Some(ev.monotonic),
                     }));
                 }
                 Lifecycle::Stopped => {
                     if let Some(id) = self.by_path.remove(&c.rel) {
                         self.by_id.remove(&id);
-                        out.push(Change::Stopped(id));
+                        out.push(Change::Stopped(id, Some(ev.monotonic)));
                     }
                 }
             }

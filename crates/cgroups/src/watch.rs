@@ -29,9 +29,9 @@ pub enum Lifecycle {
 pub struct Event {
     pub kind: Lifecycle,
     pub container: Container,
-    /// When cachescope noticed it.
+    /// When cachescope noticed it, and the same on CLOCK_MONOTONIC (the run's clock).
     pub at: SystemTime,
-    pub at_monotonic: Instant,
+    pub monotonic: Duration,
 }
 
 struct State {
@@ -52,7 +52,8 @@ struct State {
 
 impl State {
     fn emit(&self, kind: Lifecycle, container: Container) {
-        let _ = self.tx.send(Event { kind, container, at: SystemTime::now(), at_monotonic: Instant::now() });
+        let (at, monotonic) = (SystemTime::now(), cachescope_platform::clock::monotonic());
+        let _ = self.tx.send(Event { kind, container, at, monotonic });
     }
 
     /// Watch and walk the subtree at `rel`, collecting containers into `found`.

@@ -98,14 +98,20 @@ impl ContainerSource for Play {
             let cgroup_id = std::fs::metadata(&dir).ok().map(|m| m.ino());
             let meta = ContainerMeta { cgroup_path: rel, ..(*ContainerMeta::named(&name)).clone() };
             self.running.insert(name, stop);
-            out.push(Change::Started(Container { meta: Arc::new(meta), cgroup_id, dir: Some(dir), cpus: None }));
+            out.push(Change::Started(Container {
+                meta: Arc::new(meta),
+                cgroup_id,
+                dir: Some(dir),
+                cpus: None,
+                seen_at: None,
+            }));
         }
         let ended: Vec<String> =
             self.running.iter().filter(|(_, s)| s.is_some_and(|s| s <= now)).map(|(k, _)| k.clone()).collect();
         for name in ended {
             self.running.remove(&name);
             self.sandbox.remove(&name);
-            out.push(Change::Stopped(name));
+            out.push(Change::Stopped(name, None));
         }
         Ok(())
     }

@@ -51,7 +51,7 @@ impl ContainerSource for ScenarioContainers {
             }
             self.next_stop += 1;
             if std::mem::take(&mut self.running[i]) {
-                out.push(Change::Stopped(self.schedule[i].0.clone()));
+                out.push(Change::Stopped(self.schedule[i].0.clone(), None));
             }
         }
         while let Some(&i) = self.starts.get(self.next_start) {

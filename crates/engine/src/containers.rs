@@ -17,6 +17,9 @@ pub struct Container {
     pub dir: Option<PathBuf>,
     /// Core groups: the logical CPUs whose traffic is the group's (`--cores`).
     pub cpus: Option<Vec<u32>>,
+    /// When the source saw it appear (CLOCK_MONOTONIC), where it knows: its rows begin there,
+    /// not before, and a run that samples behind real time attaches it only once there.
+    pub seen_at: Option<Duration>,
 }
 
 impl Container {
@@ -29,7 +32,9 @@ impl Container {
 #[derive(Debug, Clone)]
 pub enum Change {
     Started(Container),
-    Stopped(String),
+    /// A container's end, and when the source saw it (CLOCK_MONOTONIC) where it knows: its
+    /// last row is the first sampled after that.
+    Stopped(String, Option<Duration>),
 }
 
 /// Containers, their lifecycle, and what is known about each.

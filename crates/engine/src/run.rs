@@ -20,7 +20,7 @@ use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
 use crate::world::World;
 use cachescope_platform::clock::thread_cpu;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -133,14 +133,38 @@ struct State {
     messages: Vec<String>,
     read_errors: u64,
     lost: PmuLost,
+    /// Changes waiting for the sample time they happened at, in order.
+    deferred: VecDeque<(Duration, Change)>,
+    /// Containers whose first row is still to come, and when they started (run time): that
+    /// row's interval begins there.
+    born: HashMap<String, Duration>,
+    /// Stopped containers the PMU source still counts until its slots pass this
+    /// (CLOCK_MONOTONIC).
+    leaving: Vec<(Duration, String)>,
 }
 
 impl State {
     fn lifecycle(&mut self, at: Duration) -> Result<(), RunError> {
         self.p.containers.poll(at, &mut self.changes).map_err(part("containers"))?;
-        for ch in std::mem::take(&mut self.changes) {
+        // A change is applied at the first sample time at or after it happened: a run that
+        // samples behind real time (batched, waiting for the PMU) neither starts a container's
+        // rows before it existed nor ends them before it stopped.
+        let origin = self.origin;
+        let when = |t: Option<Duration>| t.map_or(Duration::ZERO, |t| t.saturating_sub(origin));
+        for ch in self.changes.drain(..) {
+            let t = match &ch {
+                Change::Started(c) => when(c.seen_at),
+                Change::Stopped(_, seen) => when(*seen),
+            };
+            self.deferred.push_back((t, ch));
+        }
+        while self.deferred.front().is_some_and(|(t, _)| *t <= at) {
+            let Some((t, ch)) = self.deferred.pop_front() else { break };
             match ch {
                 Change::Started(c) => {
+                    if t > self.step {
+                        self.born.insert(c.id().to_string(), t);
+                    }
                     if let Some(w) = self.p.world.as_mut() {
                         w.started(&c);
                     }
@@ -154,7 +178,7 @@ impl State {
                         .map_err(part("attach"))?;
                 }
                 // Stopped containers are read one last time (their final interval), then detached.
-                Change::Stopped(id) => self.stopped.push(id),
+                Change::Stopped(id, _) => self.stopped.push(id),
             }
         }
         Ok(())
@@ -166,9 +190,11 @@ impl State {
             if let Some(w) = self.p.world.as_mut() {
                 w.stopped(&id);
             }
-            if let Some(pmu) = self.p.pmu.as_mut() {
-                pmu.unfollow(&id);
+            // Its slots up to `at` are still to be drained: the source lets it go after that.
+            if self.p.pmu.is_some() {
+                self.leaving.push((self.origin + at, id.clone()));
             }
+            self.born.remove(&id);
             self.derive.forget(&id);
             self.pending.forget(id);
         }
@@ -205,17 +231,20 @@ impl State {
                 self.read_errors += 1;
             }
             // Made in place: a row is ~200 bytes, and moving it is this loop's main cost.
-            self.pending.row(when, self.derive.row(s, self.step));
+            let since = since(&self.born, self.step, &s.container.id);
+            self.pending.row(when, self.derive.row(s, since));
         }
         // Containers without an RMID: a `no_rmid` row in every domain, made here only.
         let start_real = self.derive.start_real_ns();
+        let (born, step) = (&self.born, self.step);
+        let since = |id: &str| since(born, step, id);
         for w in self.slots.waiting().values().filter(|w| read(w.container.id())) {
             for &domain in domains {
                 self.pending.row(
                     at,
                     Row {
                         time_ns: start_real.saturating_add(at.as_nanos() as i64),
-                        interval_ns: at.saturating_sub(self.step).as_nanos() as i64,
+                        interval_ns: at.saturating_sub(since(w.container.id())).as_nanos() as i64,
                         container: w.container.meta.clone(),
                         domain,
                         rmid: None,
@@ -230,6 +259,11 @@ impl State {
             }
         }
         let read_cost = thread_cpu().saturating_sub(began);
+        // First rows made: their intervals began at their start.
+        if !self.born.is_empty() {
+            let fresh = &self.fresh;
+            self.born.retain(|id, _| !fresh.contains(id));
+        }
         self.fresh.clear();
         self.budget.next_interval();
         self.samples += 1;
@@ -244,6 +278,15 @@ impl State {
             Ok(mark) => {
                 self.join.push(&mut self.drained);
                 self.watermark = Some(mark.saturating_sub(self.origin));
+                // Containers whose last rows' slots are all drained now.
+                let mut i = 0;
+                while i < self.leaving.len() {
+                    if self.leaving[i].0 <= mark {
+                        pmu.unfollow(&self.leaving.swap_remove(i).1);
+                    } else {
+                        i += 1;
+                    }
+                }
                 if let Some(g) = pmu.gap() {
                     self.join.gap(g.from, g.to);
                     self.lost.charges += g.charges;
@@ -353,6 +396,15 @@ impl State {
     }
 }
 
+/// Where a container's next row begins when it has no row yet: its start, or the last sample
+/// time `step` if that came later.
+fn since(born: &HashMap<String, Duration>, step: Duration, id: &str) -> Duration {
+    if born.is_empty() {
+        return step;
+    }
+    born.get(id).map_or(step, |b| (*b).max(step))
+}
+
 /// What the PMU source could not count: the kernel's buffer filled while the collector fell
 /// behind (stopped, starved of CPU).
 #[derive(Debug, Default)]
@@ -448,6 +500,9 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         messages: Vec::new(),
         read_errors: 0,
         lost: PmuLost::default(),
+        deferred: VecDeque::new(),
+        born: HashMap::new(),
+        leaving: Vec::new(),
     };
     let mut summary = Summary::default();
     let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);

@@ -102,6 +102,7 @@ fn run(secs: u64, batch_ms: u64) -> (f64, f64) {
             cgroup_id: Some(100 + c),
             dir: Some(PathBuf::from(format!("/nonexistent/c{c}"))),
             cpus: None,
+            seen_at: None,
         })
         .collect();
     let rows = Arc::new(AtomicU64::new(0));

@@ -233,6 +233,7 @@ fn main() {
                 cgroup_id: Some(std::fs::metadata(&dir).unwrap().ino()),
                 dir: Some(dir),
                 cpus: None,
+                seen_at: None,
             }
         })
         .collect();

@@ -30,6 +30,7 @@ fn container(name: &str, cgid: u64) -> Container {
         cgroup_id: Some(cgid),
         dir: Some(PathBuf::from(format!("/sys/fs/cgroup/{name}"))),
         cpus: None,
+        seen_at: None,
     }
 }
 

@@ -122,7 +122,7 @@ impl ContainerSource for Script {
                 out.push(Change::Started(Container { meta: ContainerMeta::named(id), ..Default::default() }));
             } else if running && stop.is_some_and(|s| s <= ms) {
                 self.1.retain(|x| *x != id);
-                out.push(Change::Stopped(id.into()));
+                out.push(Change::Stopped(id.into(), None));
             }
         }
         Ok(())
