@@ -715,8 +715,17 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     let rotate = Arc::new(AtomicBool::new(false));
     let on_hup = if outs.terminal.is_some() { stop.clone() } else { rotate.clone() };
     signal_hook::flag::register(signal_hook::consts::SIGHUP, on_hup).map_err(handler)?;
+    // Signals whose default would end the process without finishing its files: the ones
+    // that ask it to end (a quit, a soft CPU limit) end the run cleanly; the others (stray
+    // timers, I/O readiness, a power event, a file size limit, whose writes then fail and
+    // are handled as any failed write) are taken and ignored. SIGPIPE is ignored by Rust's
+    // runtime: a closed pipe is a failed write.
+    use signal_hook::consts::signal as s;
+    for sig in [s::SIGQUIT, s::SIGXCPU] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(handler)?;
+    }
     let ignored = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2] {
+    for sig in [s::SIGUSR1, s::SIGUSR2, s::SIGALRM, s::SIGVTALRM, s::SIGPROF, s::SIGIO, libc::SIGPWR, s::SIGXFSZ] {
         signal_hook::flag::register(sig, ignored.clone()).map_err(handler)?;
     }
     let b = build(args)?;

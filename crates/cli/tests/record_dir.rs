@@ -1,7 +1,8 @@
 //! One writer per output directory, and signals that never cost a recording: a second
 //! `record` into a directory in use exits 2 naming the first and touches nothing; a killed
-//! writer's lock is taken over; SIGUSR1/SIGUSR2 are ignored and SIGHUP finishes the file and
-//! goes on.
+//! writer's lock is taken over; stray signals (SIGUSR1/2, SIGPIPE, timers, SIGIO, SIGPWR,
+//! SIGXFSZ) are ignored, SIGHUP finishes the file and goes on, SIGQUIT and SIGXCPU end the run
+//! as SIGTERM does.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
@@ -103,8 +104,19 @@ fn stray_signals_do_not_end_a_recording_and_sighup_starts_a_new_file() {
     let d = tempfile::tempdir().unwrap();
     let c = record(d.path(), 9);
     wait_partial(d.path());
-    signal(&c, libc::SIGUSR1);
-    signal(&c, libc::SIGUSR2);
+    for sig in [
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGPIPE,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGXFSZ,
+    ] {
+        signal(&c, sig);
+    }
     std::thread::sleep(Duration::from_millis(500));
     signal(&c, libc::SIGHUP);
     // The rotation is seen at the writer's next poll (every 500 ms at most).
@@ -326,4 +338,24 @@ fn a_silent_store_never_holds_the_end_of_a_run() {
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}: {err}", t.elapsed());
     assert!(o.status.success(), "{err}");
     assert!(err.contains(" not yet (kept on disk"), "{err}");
+}
+
+/// SIGQUIT (whose default dumps core) and SIGXCPU (a soft CPU limit) end a recording as
+/// SIGTERM does: exit 0, every file finished.
+#[test]
+fn sigquit_and_sigxcpu_finish_the_recording() {
+    for sig in [libc::SIGQUIT, libc::SIGXCPU] {
+        let d = tempfile::tempdir().unwrap();
+        let c = record(d.path(), 30);
+        wait_partial(d.path());
+        signal(&c, sig);
+        let t = Instant::now();
+        let out = c.wait_with_output().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "signal {sig}");
+        assert!(out.status.success(), "signal {sig}: {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            named(d.path(), ".parquet.partial").is_empty() && named(d.path(), ".parquet").len() == 1,
+            "signal {sig}"
+        );
+    }
 }
