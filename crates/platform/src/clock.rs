@@ -20,3 +20,30 @@ fn read(clock: libc::clockid_t) -> Duration {
     unsafe { libc::clock_gettime(clock, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
+/// The UTC calendar date and time of `secs` since the epoch: (year, month, day, hour, minute,
+/// second). Days to civil date by the well-known era arithmetic (proleptic Gregorian).
+pub fn utc_civil(secs: i64) -> (i64, i64, i64, i64, i64, i64) {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates_across_eras_and_leap_days() {
+        assert_eq!(super::utc_civil(0), (1970, 1, 1, 0, 0, 0));
+        assert_eq!(super::utc_civil(951_782_400), (2000, 2, 29, 0, 0, 0));
+        assert_eq!(super::utc_civil(1_795_654_518), (2026, 11, 26, 0, 55, 18));
+        assert_eq!(super::utc_civil(-1), (1969, 12, 31, 23, 59, 59));
+    }
+}

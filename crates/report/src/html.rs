@@ -11,20 +11,9 @@ const MIB: f64 = 1048576.0;
 
 /// UTC date and time of `ns` since the epoch, to the millisecond.
 pub fn utc(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
     let ms = ns.rem_euclid(1_000_000_000) / 1_000_000;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (the well-known days-to-civil conversion).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC", rem / 3600, rem / 60 % 60, rem % 60)
+    let (y, m, d, h, min, s) = cachescope_platform::clock::utc_civil(ns.div_euclid(1_000_000_000));
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}.{ms:03} UTC")
 }
 
 /// A duration in ns, in the unit a person would use.

@@ -13,147 +13,31 @@
 //! that), the broken file is cut back to its last good row group and closed, and writing is
 //! retried on a new file at the next flush.
 
+mod dir;
+mod recorder;
 mod recover;
+mod schema;
 
 use crate::SinkError;
-use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use cachescope_engine::row::Row;
+pub use dir::LOCK;
+use dir::{lock_dir, refuse_pseudo_fs, utc_stamp};
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
+pub use recorder::Recorder;
 use recover::{final_path, footer_path, sync_dir, Cause, Journal, PARTIAL};
 pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
+pub use schema::{schema, to_batch, Provenance, PMU_LOST, SCHEMA_VERSION};
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub const SCHEMA_VERSION: &str = "3";
-/// File metadata: PMU charges dropped while the file was open (absent: none).
-pub const PMU_LOST: &str = "cachescope.pmu_lost_charges";
-
-/// The time zone of the timestamp columns: instants, as CLOCK_REALTIME.
-const UTC: &str = "UTC";
-
-/// The docs/data.md schema, column for column (version 2: version 1's columns, then `time`
-/// and `interval_start` as TIMESTAMP(ns, UTC); version 3: then `provenance`).
-pub fn schema() -> SchemaRef {
-    let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into())), false);
-    let i64n = |n: &str| Field::new(n, DataType::Int64, true);
-    let strn = |n: &str| Field::new(n, DataType::Utf8, true);
-    Arc::new(Schema::new(vec![
-        Field::new("time_ns", DataType::Int64, false),
-        Field::new("interval_ns", DataType::Int64, false),
-        Field::new("host", DataType::Utf8, false),
-        Field::new("container_id", DataType::Utf8, false),
-        strn("container_name"),
-        strn("pod_name"),
-        strn("pod_namespace"),
-        strn("pod_uid"),
-        Field::new("cgroup_path", DataType::Utf8, false),
-        Field::new("domain", DataType::Int32, false),
-        Field::new("rmid", DataType::Int32, true),
-        i64n("llc_occupancy_bytes"),
-        i64n("mbm_total_bytes"),
-        i64n("mbm_local_bytes"),
-        i64n("cycles"),
-        i64n("instructions"),
-        i64n("llc_references"),
-        i64n("llc_misses"),
-        i64n("cpu_ns"),
-        Field::new("status", DataType::Utf8, false),
-        ts("time"),
-        ts("interval_start"),
-        Field::new("provenance", DataType::Utf8, false),
-    ]))
-}
-
-/// Where a row's values come from, in the `provenance` column: what travels with the rows when
-/// a file is rewritten by a tool that drops the file metadata.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Provenance {
-    #[default]
-    Measured,
-    Emulated,
-}
-
-impl Provenance {
-    pub fn of(emulated: bool) -> Provenance {
-        if emulated {
-            Provenance::Emulated
-        } else {
-            Provenance::Measured
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provenance::Measured => "measured",
-            Provenance::Emulated => "emulated",
-        }
-    }
-}
-
-fn i64v(v: Option<u64>) -> Option<i64> {
-    v.map(|x| i64::try_from(x).unwrap_or(i64::MAX))
-}
-
-/// Rows to one Arrow batch of [`schema`].
-pub fn to_batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Row]) -> Result<RecordBatch, SinkError> {
-    let n = rows.len();
-    let mut time = Int64Builder::with_capacity(n);
-    let mut interval = Int64Builder::with_capacity(n);
-    let mut hosts = StringBuilder::with_capacity(n, n * host.len());
-    let mut strs: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::with_capacity(n, n * 16)).collect();
-    let mut domain = Int32Builder::with_capacity(n);
-    let mut rmid = Int32Builder::with_capacity(n);
-    let mut vals: Vec<Int64Builder> = (0..8).map(|_| Int64Builder::with_capacity(n)).collect();
-    let mut status = StringBuilder::with_capacity(n, n * 2);
-    let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut provenance = StringBuilder::with_capacity(n, n * 8);
-    for r in rows {
-        provenance.append_value(prov.as_str());
-        end.append_value(r.time_ns);
-        start.append_value(r.time_ns - r.interval_ns);
-        time.append_value(r.time_ns);
-        interval.append_value(r.interval_ns);
-        hosts.append_value(host);
-        let c = &r.container;
-        strs[0].append_value(&c.id);
-        strs[1].append_option(c.name());
-        strs[2].append_option(c.pod_name());
-        strs[3].append_option(c.pod_namespace());
-        strs[4].append_option(c.pod_uid.as_deref());
-        strs[5].append_value(&c.cgroup_path);
-        domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));
-        rmid.append_option(r.rmid.map(|x| i32::try_from(x).unwrap_or(i32::MAX)));
-        for (b, x) in vals.iter_mut().zip(std::iter::once(r.llc_occupancy_bytes).chain(r.counters())) {
-            b.append_option(i64v(x));
-        }
-        status.append_value(r.status.as_str());
-    }
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(time.finish()), Arc::new(interval.finish()), Arc::new(hosts.finish())];
-    for s in strs.iter_mut() {
-        cols.push(Arc::new(s.finish()));
-    }
-    cols.push(Arc::new(domain.finish()));
-    cols.push(Arc::new(rmid.finish()));
-    for v in vals.iter_mut() {
-        cols.push(Arc::new(v.finish()));
-    }
-    cols.push(Arc::new(status.finish()));
-    cols.push(Arc::new(end.finish()));
-    cols.push(Arc::new(start.finish()));
-    cols.push(Arc::new(provenance.finish()));
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
-}
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -254,84 +138,6 @@ pub struct ParquetSink {
     lost_mark: u64,
     /// The directory's lock ([`LOCK`]), held while the sink lives: one writer per directory.
     _lock: Option<File>,
-}
-
-/// The lock file of an output directory: flock'ed by its writer, holding its PID. The kernel
-/// drops the lock when the writer dies, so a killed writer's lock is taken over.
-pub const LOCK: &str = ".cachescope.lock";
-
-/// Take `dir`'s lock, or say who holds it.
-fn lock_dir(dir: &Path) -> Result<File, SinkError> {
-    use std::os::fd::AsRawFd;
-    let path = dir.join(LOCK);
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io(format!("opening {}", path.display())))?;
-    // SAFETY: flock on a descriptor `f` owns; LOCK_NB never blocks.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::WouldBlock {
-            return Err(SinkError::Io { what: format!("locking {}", path.display()), error: e });
-        }
-        let mut holder = String::new();
-        let _ = f.read_to_string(&mut holder);
-        let pid = holder.trim().parse::<u32>().ok();
-        return Err(SinkError::Busy { dir: dir.to_path_buf(), pid });
-    }
-    // Ours now: say who we are (the old holder's PID, if any, is stale).
-    let _ = f.set_len(0).and_then(|()| f.write_all(format!("{}\n", std::process::id()).as_bytes()));
-    Ok(f)
-}
-
-/// YYYYmmddTHHMMSS from seconds since the epoch (UTC), for file names that sort by time.
-fn utc_stamp(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
-}
-
-/// Refuse a directory on a kernel pseudo-filesystem: under /sys/fs/cgroup `mkdir` creates a
-/// cgroup, and /proc or /sys hold no files of ours. The nearest existing ancestor is asked.
-fn refuse_pseudo_fs(dir: &Path) -> Result<(), SinkError> {
-    const PSEUDO: [(i64, &str); 5] = [
-        (0x6367_7270, "cgroup2"),
-        (0x0027_e0eb, "cgroup"),
-        (0x6265_6572, "sysfs"),
-        (0x9fa0, "proc"),
-        (0x7472_6163, "tracefs"),
-    ];
-    let Some(existing) = dir.ancestors().find(|a| a.exists()) else { return Ok(()) };
-    let Ok(c) = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()) else { return Ok(()) };
-    // SAFETY: libc::statfs is plain old data: all zeroes is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statfs reads the NUL-terminated path `c` (alive for the call) and writes one
-    // statfs struct we own.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Ok(());
-    }
-    match PSEUDO.iter().find(|(m, _)| *m == st.f_type as i64) {
-        Some((_, fs)) => Err(SinkError::Io {
-            what: dir.display().to_string(),
-            error: std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("is on a {fs} filesystem ({}), not a place for files", existing.display()),
-            ),
-        }),
-        None => Ok(()),
-    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SinkError {
@@ -705,67 +511,6 @@ fn footer_bytes(
     let mut buf = Vec::new();
     ParquetMetaDataWriter::new(&mut buf, &md).finish().map_err(pq("checkpoint footer"))?;
     Ok(buf)
-}
-
-/// The sink on its own thread: rows arrive over a channel, flushes happen on time even when
-/// no rows come. Dropping the sender closes the file.
-pub struct Recorder {
-    recovered: Vec<Recovery>,
-    tx: Option<std::sync::mpsc::Sender<Vec<Row>>>,
-    thread: Option<std::thread::JoinHandle<(Stats, Option<SinkError>)>>,
-    stats: Arc<Mutex<Stats>>,
-}
-
-impl Recorder {
-    pub fn start(opts: Options) -> Result<Recorder, SinkError> {
-        let mut sink = ParquetSink::new(opts)?;
-        let recovered = sink.recovered().to_vec();
-        let stats = sink.stats();
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<Row>>();
-        let every = sink.opts.flush_every.min(Duration::from_millis(500));
-        let thread = std::thread::Builder::new()
-            .name("cachescope-parquet".into())
-            .spawn(move || {
-                loop {
-                    match rx.recv_timeout(every) {
-                        Ok(rows) => sink.push(rows),
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                    }
-                    // Errors are in the stats; the sink retries at the next flush.
-                    let _ = sink.poll(Instant::now());
-                }
-                sink.close()
-            })
-            .map_err(io("starting the Parquet writer thread"))?;
-        Ok(Recorder { recovered, tx: Some(tx), thread: Some(thread), stats })
-    }
-
-    pub fn send(&self, rows: Vec<Row>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(rows);
-        }
-    }
-
-    /// Files a crash left in the directory, recovered at start.
-    pub fn recovered(&self) -> &[Recovery] {
-        &self.recovered
-    }
-
-    pub fn stats(&self) -> Stats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    /// Close the channel, let the writer finish the file, and return what it did (and why a
-    /// file could not be finished, if one could not: see [`ParquetSink::close`]).
-    pub fn finish(mut self) -> (Stats, Option<SinkError>) {
-        self.tx = None;
-        match self.thread.take().map(|t| t.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => (self.stats(), Some(SinkError::Parquet("the writer thread panicked".into()))),
-            None => (self.stats(), None),
-        }
-    }
 }
 
 #[cfg(test)]

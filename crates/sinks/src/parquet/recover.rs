@@ -17,6 +17,7 @@
 //! footer for all row groups, no CRC): such a checkpoint is still read, its row groups
 //! checked against the file's length only.
 
+use super::io;
 use crate::SinkError;
 use parquet::file::metadata::{
     FileMetaData, ParquetMetaData, ParquetMetaDataReader, ParquetMetaDataWriter, RowGroupMetaData,
@@ -48,10 +49,6 @@ pub(super) fn footer_path(partial: &Path) -> PathBuf {
 pub(super) fn final_path(partial: &Path) -> PathBuf {
     let s = partial.to_string_lossy();
     PathBuf::from(s.strip_suffix(".partial").unwrap_or(&s).to_string())
-}
-
-fn io(what: String) -> impl FnOnce(std::io::Error) -> SinkError {
-    move |error| SinkError::Io { what, error }
 }
 
 /// Make a rename or a new file in `dir` survive a power loss.

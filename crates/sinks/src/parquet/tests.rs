@@ -1,4 +1,6 @@
 use super::*;
+use std::io::Write;
+use std::path::Path;
 use crate::report;
 use arrow_array::cast::AsArray;
 use cachescope_engine::row::{ContainerMeta, Pmu, Status};
