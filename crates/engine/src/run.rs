@@ -81,31 +81,6 @@ pub fn realtime_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
-/// Rows waiting for their PMU columns, in order, and where the ends of containers' rows fall
-/// among them. The sinks get the rows as a slice of this queue: a row (~200 bytes) is moved
-/// once on its way, which at 20,000 rows a second is most of what the collector costs.
-#[derive(Default)]
-struct Pending {
-    rows: Vec<Row>,
-    /// Each row's sample time (since the run's start), for the PMU join and the watermark.
-    at: Vec<Duration>,
-    /// A container's end: after how many rows since the run's start, and its id.
-    forgets: VecDeque<(u64, String)>,
-    /// Rows handed to the sinks since the run's start.
-    released: u64,
-}
-
-impl Pending {
-    fn row(&mut self, at: Duration, row: Row) {
-        self.at.push(at);
-        self.rows.push(row);
-    }
-
-    fn forget(&mut self, id: String) {
-        self.forgets.push_back((self.released + self.rows.len() as u64, id));
-    }
-}
-
 struct State {
     p: Parts,
     interval: Duration,
@@ -405,61 +380,6 @@ fn since(born: &HashMap<String, Duration>, step: Duration, id: &str) -> Duration
     born.get(id).map_or(step, |b| (*b).max(step))
 }
 
-/// What the PMU source could not count: the kernel's buffer filled while the collector fell
-/// behind (stopped, starved of CPU).
-#[derive(Debug, Default)]
-struct PmuLost {
-    charges: u64,
-    gaps: u64,
-    span: Duration,
-    /// Rows given no PMU values (and no CPU time) for it.
-    rows: u64,
-}
-
-impl PmuLost {
-    fn summary(&self) -> Option<String> {
-        (self.charges > 0).then(|| {
-            format!(
-                "PMU counts incomplete: {} charges dropped in {} gaps over {:.1} s (the collector fell behind and the \
-                 kernel's slot map filled); {} rows of that time have null cpu_ns and PMU columns",
-                self.charges,
-                self.gaps,
-                self.span.as_secs_f64(),
-                self.rows
-            )
-        })
-    }
-}
-
-/// How often, at most, a run whose backend reads at every interval looks for new containers.
-const LIFECYCLE_EVERY: Duration = Duration::from_millis(10);
-
-/// The sample times due by `limit`: each interval of the grid after `step` for batched
-/// backends; for backends read from user space, `limit` itself once an interval (less half a
-/// wake-up, so wake-up jitter does not skip one) has passed since the last read.
-fn due(
-    sampling: Sampling,
-    interval: Duration,
-    wake: Duration,
-    step: Duration,
-    limit: Duration,
-    out: &mut Vec<Duration>,
-) {
-    out.clear();
-    if matches!(sampling, Sampling::Tick | Sampling::Kernel) {
-        if limit > step && limit + wake / 2 >= step + interval {
-            out.push(limit);
-        }
-        return;
-    }
-    let i = interval.as_nanos().max(1);
-    let mut k = step.as_nanos() / i + 1;
-    while Duration::from_nanos((k * i) as u64) <= limit {
-        out.push(Duration::from_nanos((k * i) as u64));
-        k += 1;
-    }
-}
-
 /// Run until the duration, the stop flag or a sink says stop. The backend is shut down and
 /// the sinks finished whatever happens; the first error wins.
 pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
@@ -639,3 +559,8 @@ fn run_loop(
 
 #[cfg(test)]
 mod tests;
+
+mod grid;
+mod pending;
+use grid::{due, LIFECYCLE_EVERY};
+use pending::{Pending, PmuLost};

@@ -1,10 +1,10 @@
 use super::*;
-use std::io::Write;
-use std::path::Path;
 use crate::report;
 use arrow_array::cast::AsArray;
 use cachescope_engine::row::{ContainerMeta, Pmu, Status};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use std::io::Write;
+use std::path::Path;
 
 fn rows(t_ms: i64, containers: usize) -> Vec<Row> {
     (0..containers)
