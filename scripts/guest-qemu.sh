@@ -14,7 +14,8 @@
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
-#   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while)
+#   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while); =PATH: that module, built
+#                            elsewhere (the DKMS package's, scripts/package-check.sh)
 #   CACHESCOPE_GUEST_KERNEL  another Debian kernel than this release's default, as
 #                            scripts/debian-kernel.sh names them: a suite (unstable: its newest)
 #                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...)
@@ -39,9 +40,11 @@ vmlinuz=$(scripts/debian-kernel.sh ${kernel:+"$kernel"} | tail -1)
 
 # The module, built for that kernel (scripts/kmod-build.sh: W=1, warnings are errors).
 rm -f "$out/cachescope.ko"
-if [ "${CACHESCOPE_GUEST_KMOD:-1}" != 0 ]; then
-  scripts/kmod-build.sh "$kernel" "$out" >/dev/null
-fi
+case ${CACHESCOPE_GUEST_KMOD:-1} in
+  0) ;;
+  1) scripts/kmod-build.sh "$kernel" "$out" >/dev/null ;;
+  *) cp "$CACHESCOPE_GUEST_KMOD" "$out/cachescope.ko" ;;
+esac
 
 # The initramfs: busybox, the binary without debug info, the libraries it loads, the module.
 root=$out/root

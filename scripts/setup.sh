@@ -37,6 +37,8 @@ APT_NEEDS=(
   "tmux:tmux"          # the live view as a person sees it, at 80, 100 and 160 columns
   "pqos:intel-cmt-cat"  # Intel's pqos: a reference reader on the RDT machine (tools/rdt-qemu)
   "debootstrap:debootstrap"  # build roots for the module on other kernels (scripts/kmod-build.sh)
+  "lintian:lintian"    # checks the Debian packages (scripts/package-check.sh)
+  "dpkg-shlibdeps:dpkg-dev"  # the binary package's dependencies (scripts/package.sh)
 )
 APT_HEADERS=(
   "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"

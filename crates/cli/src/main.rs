@@ -9,7 +9,7 @@ mod terminal;
 mod tui;
 mod view;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,6 +37,11 @@ enum Command {
     Serve(ServeCmd),
     /// Summarize recorded Parquet files per container.
     Report(report::ReportArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff) on stdout: `cachescope manpage | man -l -`.
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(clap::Args)]
@@ -235,6 +240,18 @@ fn main() -> ExitCode {
         Command::Record(c) => c.files.with(Some(c.output), c.listen).and_then(|o| parts::run(&c.common, &o)),
         Command::Serve(c) => c.files.with(c.output, Some(c.listen)).and_then(|o| parts::run(&c.common, &o)),
         Command::Report(args) => report::run(&args),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cachescope", &mut out);
+            print_out(&String::from_utf8_lossy(&out))
+        }
+        Command::Manpage => {
+            let mut out = Vec::new();
+            match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+                Ok(()) => print_out(&String::from_utf8_lossy(&out)),
+                Err(e) => Err(CliError::output(format!("rendering the manual page: {e}"))),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
