@@ -330,16 +330,8 @@ impl Attribution {
     /// the clearing of the first slot; the last one is never cleared, so the range still ends
     /// right.
     pub fn take_lost_slots(&self) -> Result<Option<(u64, u64)>, BpfError> {
-        let words = |i: u32| -> Result<Vec<u64>, BpfError> {
-            let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).map_err(lb("reading stats"))?;
-            Ok(per_cpu
-                .unwrap_or_default()
-                .iter()
-                .map(|b| b.get(..8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes))
-                .collect())
-        };
-        let first = words(5)?.into_iter().filter(|&s| s > 0).min();
-        let last = words(6)?.into_iter().max();
+        let first = self.per_cpu(5)?.into_iter().filter(|&s| s > 0).min();
+        let last = self.per_cpu(6)?.into_iter().max();
         let zeros = vec![vec![0u8; 8]; self.ncpus];
         self.stats.update_percpu(&5u32.to_ne_bytes(), &zeros, MapFlags::ANY).map_err(lb("clearing stats"))?;
         // Before anything was lost since the last call, `first` is 0 everywhere: then the
@@ -354,12 +346,17 @@ impl Attribution {
     }
 
     fn stat(&self, i: u32) -> Result<u64, BpfError> {
+        Ok(self.per_cpu(i)?.into_iter().sum())
+    }
+
+    /// Entry `i` of the stats map, one word per CPU.
+    fn per_cpu(&self, i: u32) -> Result<Vec<u64>, BpfError> {
         let per_cpu = self.stats.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY).map_err(lb("reading stats"))?;
         Ok(per_cpu
             .unwrap_or_default()
             .iter()
             .map(|b| b.get(..8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_ne_bytes))
-            .sum())
+            .collect())
     }
 
     /// The in-kernel counters of what could not be done.

