@@ -152,3 +152,88 @@ fn image_runs_with_the_daemonsets_privileges() {
     }
     assert!(cpu_ns > 300_000_000, "the busy container's CPU time, recorded from inside the image: {cpu_ns} ns");
 }
+
+/// The image as scripts/image.sh builds it without a registry (a debootstrap'd base imported,
+/// the .deb installed FROM it, tagged with the version the DaemonSet names), under Docker and
+/// under Podman: `info` runs, and run as the DaemonSet runs it (its capabilities, the host's
+/// PIDs and cgroup tree) it follows a busy sibling container by its runtime's name for it.
+#[test]
+fn image_from_the_debian_package_runs_under_docker_and_podman() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return cachescope_testkit::skip("building images needs root");
+    }
+    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
+        return cachescope_testkit::skip("no Docker daemon reachable (scripts/test.sh starts one)");
+    }
+    if !common::have("podman") || !common::have("debootstrap") || !common::have("dpkg-shlibdeps") {
+        return cachescope_testkit::skip("podman, debootstrap or dpkg-dev is missing (scripts/setup.sh installs them)");
+    }
+    let repo = deploy().join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(repo.join("scripts/package.sh"))
+        .arg(dir.path())
+        .env("CACHESCOPE_PACKAGE_BIN", env!("CARGO_BIN_EXE_cachescope"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "package.sh: {}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let deb = stdout.lines().find(|l| l.ends_with("_amd64.deb")).unwrap().to_string();
+    let ds = std::fs::read_to_string(deploy().join("kubernetes/daemonset.yaml")).unwrap();
+    let named = ds.lines().find_map(|l| l.trim().strip_prefix("image: ")).unwrap().to_string();
+    let cg = cachescope_cgroups::Hierarchy::find(Path::new("/proc")).unwrap().root;
+    // Podman here cannot raise rlimits (no CAP_SYS_RESOURCE on our machines): ask for less.
+    let limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
+    for engine in ["docker", "podman"] {
+        let run = |args: &[&str]| Command::new(engine).args(args).output().unwrap();
+        let o = Command::new(repo.join("scripts/image.sh")).args([engine, &deb]).output().unwrap();
+        assert!(o.status.success(), "{engine}: image.sh: {}", String::from_utf8_lossy(&o.stderr));
+        let tag = String::from_utf8_lossy(&o.stdout).lines().last().unwrap().to_string();
+        assert_eq!(tag, named, "the DaemonSet names the image built");
+        let extra: &[&str] = if engine == "podman" { &limits } else { &[] };
+        let mut args = vec!["run", "--rm", "--network", "none"];
+        args.extend(extra);
+        args.extend([tag.as_str(), "info"]);
+        let o = run(&args);
+        let said = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && said.contains("Backends"),
+            "{engine}: info: {said}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // A busy sibling, then cachescope beside it as the DaemonSet runs it.
+        let sib = format!("cachescope-sibling-{}", std::process::id());
+        let mut args = vec!["run", "-d", "--rm", "--network", "none", "--name", &sib, "--entrypoint", "sh"];
+        args.extend(extra);
+        args.extend([tag.as_str(), "-c", "while :; do :; done"]);
+        let o = run(&args);
+        assert!(o.status.success(), "{engine}: sibling: {}", String::from_utf8_lossy(&o.stderr));
+        let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let caps: Vec<String> = daemonset_caps().into_iter().flat_map(|c| ["--cap-add".to_string(), c]).collect();
+        let mount = format!("{}:{}:ro", cg.display(), cg.display());
+        let mut args = vec!["run", "--rm", "--network", "none", "--pid", "host", "--cap-drop", "ALL"];
+        args.extend(caps.iter().map(String::as_str));
+        args.extend(["--security-opt", "no-new-privileges", "-v", &mount, "-v", "/sys/kernel/btf:/sys/kernel/btf:ro"]);
+        args.extend(extra);
+        args.extend([tag.as_str(), "monitor", "--jsonl", "--emulate", "intel-xeon-platinum-8160", "--duration", "2s"]);
+        let o = run(&args);
+        let _ = run(&["rm", "-f", &sib]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{engine}: monitor: {err}");
+        let mut cpu_ns = 0;
+        let mut rows = 0;
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v["container_id"].as_str().is_some_and(|c| id.starts_with(c) || c.starts_with(&id[..12])) {
+                rows += 1;
+                cpu_ns += v["cpu_ns"].as_i64().unwrap_or(0);
+            }
+        }
+        println!("{engine}: {tag}: the sibling {}: {rows} rows, {cpu_ns} ns of CPU", &id[..12]);
+        assert!(
+            rows > 0 && cpu_ns > 300_000_000,
+            "{engine}: the sibling followed from inside the image: {rows} rows, {cpu_ns} ns: {err}"
+        );
+        let _ = run(&["image", "rm", &tag]);
+    }
+}
