@@ -39,6 +39,7 @@ APT_NEEDS=(
   "debootstrap:debootstrap"  # build roots for the module on other kernels (scripts/kmod-build.sh)
   "lintian:lintian"    # checks the Debian packages (scripts/package-check.sh)
   "dpkg-shlibdeps:dpkg-dev"  # the binary package's dependencies (scripts/package.sh)
+  "kubectl:kubernetes-client"  # renders deploy/kubernetes's kustomization (kubectl kustomize)
 )
 APT_HEADERS=(
   "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"

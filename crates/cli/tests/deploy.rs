@@ -38,6 +38,28 @@ fn daemonset_passes_the_kubernetes_schema() {
     assert!(!ok, "a misspelt field must fail: {out}");
 }
 
+/// The manifests as a kustomization (no Helm chart: Helm cannot be had where this is built):
+/// `kubectl kustomize` renders them, and what it renders passes the same schema check.
+#[test]
+fn the_kustomization_renders_what_passes_the_schema() {
+    let Ok(o) = Command::new("kubectl").args(["kustomize"]).arg(deploy().join("kubernetes")).output() else {
+        return cachescope_testkit::skip("kubectl is not installed (scripts/setup.sh installs kubernetes-client)");
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let rendered = dir.path().join("rendered.yaml");
+    std::fs::write(&rendered, &o.stdout).unwrap();
+    let Some((ok, out)) = validate(&rendered) else {
+        return cachescope_testkit::skip(
+            "kubernetes-validate is not installed (scripts/setup.sh installs it from PyPI)",
+        );
+    };
+    assert!(ok, "{out}");
+    assert_eq!(out.matches("passed").count(), 3, "namespace, service account, DaemonSet: {out}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("app.kubernetes.io/part-of: cachescope") && text.contains("image: cachescope:"), "{text}");
+}
+
 #[test]
 fn systemd_unit_verifies() {
     if Command::new("systemd-analyze").arg("--version").output().is_err() {
