@@ -1,6 +1,6 @@
 //! `cachescope info`: what this host (or a recorded CPUID dump) offers.
 
-use crate::CliError;
+use crate::error::CliError;
 use anyhow::anyhow;
 use cachescope_detect::report::{assemble, per_cpu_check, render, CpuidOrigin, InfoReport, PerCpuCheck};
 use cachescope_detect::{detect, HostPaths, LiveProbe};
@@ -33,9 +33,9 @@ pub fn run(args: &InfoArgs) -> Result<(), CliError> {
     let report = build(args)?;
     if args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Input(anyhow!(e)))?;
-        crate::print_out(&format!("{text}\n"))
+        crate::error::print_out(&format!("{text}\n"))
     } else {
-        crate::print_out(&render(&report))
+        crate::error::print_out(&render(&report))
     }
 }
 

@@ -2,6 +2,7 @@
 //! docs/cli.md: 0 success, 2 bad usage or bad input, 3 requested backend unavailable.
 
 mod duration;
+mod error;
 mod info;
 mod parts;
 mod report;
@@ -10,6 +11,7 @@ mod tui;
 mod view;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use error::{print_out, CliError};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -122,74 +124,6 @@ struct ServeCmd {
     output: Option<std::path::PathBuf>,
     #[command(flatten)]
     files: Files,
-}
-
-/// An error that knows its exit status.
-#[derive(Debug)]
-pub enum CliError {
-    /// Bad usage or bad input: exit 2.
-    Input(anyhow::Error),
-    /// The requested backend or facility is unavailable on this host: exit 3.
-    Unavailable(anyhow::Error),
-    /// An output could not be written (stdout refused a write, a disk filled up): exit 1.
-    Output(anyhow::Error),
-    /// The run finished and its files too, but accepted rows never reached them: exit 4.
-    Losses(anyhow::Error),
-    /// Whoever read stdout stopped reading (`report | head`): a filter's quiet end, exit 0.
-    Closed,
-}
-
-impl CliError {
-    /// Bad usage or input, from anything printable (one line).
-    pub fn input(e: impl std::fmt::Display) -> CliError {
-        CliError::Input(anyhow::anyhow!("{e}"))
-    }
-
-    /// The backend or facility is unavailable, from anything printable (one line).
-    pub fn unavailable(e: impl std::fmt::Display) -> CliError {
-        CliError::Unavailable(anyhow::anyhow!("{e}"))
-    }
-
-    /// An output failed, from anything printable (one line).
-    pub fn output(e: impl std::fmt::Display) -> CliError {
-        CliError::Output(anyhow::anyhow!("{e}"))
-    }
-
-    fn exit_code(&self) -> u8 {
-        match self {
-            CliError::Closed => 0,
-            CliError::Output(_) => 1,
-            CliError::Input(_) => 2,
-            CliError::Unavailable(_) => 3,
-            CliError::Losses(_) => 4,
-        }
-    }
-
-    /// The line to say, if any.
-    fn message(&self) -> Option<String> {
-        let (CliError::Input(e) | CliError::Unavailable(e) | CliError::Output(e) | CliError::Losses(e)) = self else {
-            return None;
-        };
-        // `{:#}` joins the context chain on one line.
-        Some(format!("{e:#}").replace('\n', " "))
-    }
-}
-
-/// Write `text` to stdout and flush: a reader that went away ends the command quietly
-/// ([`CliError::Closed`]), any other failure is [`CliError::Output`].
-pub fn print_out(text: &str) -> Result<(), CliError> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(stdout_error)
-}
-
-/// What a failed write to stdout means for the command.
-pub fn stdout_error(e: std::io::Error) -> CliError {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        CliError::Closed
-    } else {
-        CliError::output(format!("writing to stdout: {e}"))
-    }
 }
 
 fn main() -> ExitCode {

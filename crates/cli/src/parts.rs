@@ -2,8 +2,9 @@
 //! the engine's parts (backend, containers, PMU source, emulated world, sinks), run, and say
 //! what was done. The loop itself is the engine's.
 
+use crate::duration;
+use crate::error::CliError;
 use crate::terminal::{self, Jsonl, Live, Table};
-use crate::{duration, CliError};
 use cachescope_bpf::columns::{Choice, PmuColumns};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::source::HostContainers;

@@ -1,7 +1,7 @@
 //! `cachescope report FILE|DIR... [--json] [--html FILE] [--svg DIR]`: what recorded files
 //! say: the run's facts, noisy-neighbour episodes, per-container summaries, and charts.
 
-use crate::CliError;
+use crate::error::CliError;
 use cachescope_report::text::table;
 use cachescope_report::{analyze_files, html};
 use cachescope_sinks::report::files;
@@ -64,13 +64,13 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     }
     if args.json {
         let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
-        return crate::print_out(&format!("{json}\n"));
+        return crate::error::print_out(&format!("{json}\n"));
     }
     if args.html.is_some() || args.svg.is_some() {
         let lines: String = written.iter().map(|p| format!("{}\n", p.display())).collect();
-        return crate::print_out(&lines);
+        return crate::error::print_out(&lines);
     }
-    crate::print_out(&text(&report))
+    crate::error::print_out(&text(&report))
 }
 
 /// The text report: the run's facts, the episodes, the per-container table.

@@ -7,7 +7,6 @@ use crate::row::{ContainerMeta, Pmu, Row};
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::{cumulative_delta, Cumulative};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +30,8 @@ pub struct Derive {
     /// Per container (keyed by its metadata's address, which the chain keeps alive: a
     /// multiply instead of hashing a 64-hex id on the per-row path), its few domains'
     /// previous samples.
-    prev: HashMap<usize, Chain, BuildHasherDefault<AddrHasher>>,
+    /// Keyed by the meta's address: no one chooses it, the integer hasher spreads it enough.
+    prev: cachescope_platform::hash::IntMap<usize, Chain>,
     /// container id → the addresses its chains are under (for forget).
     by_id: HashMap<String, Vec<usize>>,
 }
@@ -39,25 +39,6 @@ pub struct Derive {
 struct Chain {
     _meta: Arc<ContainerMeta>,
     doms: Vec<(u32, Prev)>,
-}
-
-/// Addresses are not chosen by anyone: a multiply spreads them enough.
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        // A multiply leaves its entropy in the high bits; the table indexes with the low ones.
-        self.0 ^ (self.0 >> 32)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64 ^ (n as u64 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
 }
 
 impl Derive {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 struct Kept {
     occupancy: Option<u64>,
     rmid: Option<u32>,
-    status: crate::Status,
+    status: crate::row::Status,
     /// Which counters were present (a counter going None ↔ Some is a change).
     present: u8,
     /// The keyframe period of the row kept: a (container, domain) gets one row per period.
@@ -133,7 +133,7 @@ impl Sparse {
                 mbm_local_bytes: None,
                 pmu: Pmu::default(),
                 cpu_ns: None,
-                status: crate::Status::Stopped,
+                status: crate::row::Status::Stopped,
             })
             .collect()
     }

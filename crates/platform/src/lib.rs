@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod cpuid;
 pub mod fsutil;
+pub mod hash;
 pub mod mountinfo;
 pub mod msr;
 pub mod say;
