@@ -206,6 +206,7 @@ pub fn kmod_records(data: &[u8]) {
             cgroup_id: Some(cgid),
             dir: Some(PathBuf::from(format!("/sys/fs/cgroup/c{cgid}"))),
             cpus: None,
+            seen_at: None,
         };
         let _ = b.attach(&c, &NoSource, Duration::ZERO);
     }
