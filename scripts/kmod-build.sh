@@ -80,19 +80,9 @@ cc_pkg=$(echo "$compiler" | sed -e 's/^linux-compiler-\(gcc-[0-9]*\)-x86$/\1/' -
 
 roots=${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}
 root=$roots/$suite-$cc_pkg-$(echo "make,perl,dwarves$libs" | md5sum | cut -c1-8)
-mkdir -p "$roots"
-exec 9>"$roots/.lock"
-flock 9
-if [ ! -e "$root/.complete" ]; then
-  command -v debootstrap >/dev/null || { echo "kmod-build: debootstrap missing (scripts/setup.sh installs it)" >&2; exit 1; }
-  mirror=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null | grep -v -- '-security' | head -1)
-  rm -rf "$root.part"
-  echo "kmod-build: a $suite build root with $cc_pkg (once)" >&2
-  debootstrap --variant=minbase --include="make,perl,dwarves,$cc_pkg$libs" "$suite" "$root.part" "$mirror" >"$root.log" 2>&1 \
-    || { tail -20 "$root.log" >&2; exit 1; }
-  touch "$root.part/.complete"
-  mv "$root.part" "$root"
-fi
+# shellcheck source=scripts/lib/debootstrap.sh
+. scripts/lib/debootstrap.sh
+debootstrap_once "$root" "$suite" "make,perl,dwarves,$cc_pkg$libs" kmod-build
 # Headers unpacked, not installed: their packages depend on the kernel image.
 if [ ! -e "$root/usr/src/linux-headers-$kver/.complete" ]; then
   tmp=$(mktemp -d)

@@ -191,16 +191,9 @@ fn image_from_the_debian_package_runs_under_docker_and_podman() {
     if !common::have("podman") || !common::have("debootstrap") || !common::have("dpkg-shlibdeps") {
         return cachescope_testkit::skip("podman, debootstrap or dpkg-dev is missing (scripts/setup.sh installs them)");
     }
-    let repo = deploy().join("..");
+    let repo = common::repo();
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(repo.join("scripts/package.sh"))
-        .arg(dir.path())
-        .env("CACHESCOPE_PACKAGE_BIN", env!("CARGO_BIN_EXE_cachescope"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "package.sh: {}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
-    let deb = stdout.lines().find(|l| l.ends_with("_amd64.deb")).unwrap().to_string();
+    let (deb, _) = common::packages(dir.path());
     let ds = std::fs::read_to_string(deploy().join("kubernetes/daemonset.yaml")).unwrap();
     let named = ds.lines().find_map(|l| l.trim().strip_prefix("image: ")).unwrap().to_string();
     let cg = cachescope_cgroups::Hierarchy::find(Path::new("/proc")).unwrap().root;

@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -23,23 +22,10 @@ fn packages_build_install_run_and_purge_cleanly() {
             return cachescope_testkit::skip(format!("{tool} is missing (scripts/setup.sh installs it)"));
         }
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(repo.join("scripts/package.sh"))
-        .arg(dir.path())
-        .env("CACHESCOPE_PACKAGE_BIN", env!("CARGO_BIN_EXE_cachescope"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "package.sh: {err}");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let paths: Vec<&str> = stdout.lines().collect();
-    let version = env!("CARGO_PKG_VERSION");
-    let [deb, dkms] = paths[paths.len().saturating_sub(2)..] else { panic!("{stdout}") };
-    assert!(deb.ends_with(&format!("/cachescope_{version}_amd64.deb")), "{stdout}");
-    assert!(dkms.ends_with(&format!("/cachescope-dkms_{version}_all.deb")), "{stdout}");
-    let o = Command::new(repo.join("scripts/package-check.sh"))
-        .args([deb, dkms])
+    let (deb, dkms) = common::packages(dir.path());
+    let o = Command::new(common::repo().join("scripts/package-check.sh"))
+        .args([&deb, &dkms])
         .arg(dir.path().join("check"))
         .output()
         .unwrap();

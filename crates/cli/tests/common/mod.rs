@@ -99,3 +99,27 @@ impl Started {
         (status, self.started + &self.rest.join().unwrap())
     }
 }
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// scripts/package.sh run on the binary under test, into `dir`: the paths of the two
+/// packages it printed last (cachescope_<version>_amd64.deb, cachescope-dkms_<version>_all.deb),
+/// checked to be named after the workspace's version.
+pub fn packages(dir: &Path) -> (String, String) {
+    let o = Command::new(repo().join("scripts/package.sh"))
+        .arg(dir)
+        .env("CACHESCOPE_PACKAGE_BIN", env!("CARGO_BIN_EXE_cachescope"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "package.sh: {}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let paths: Vec<&str> = stdout.lines().collect();
+    let version = env!("CARGO_PKG_VERSION");
+    let [deb, dkms] = paths[paths.len().saturating_sub(2)..] else { panic!("{stdout}") };
+    assert!(deb.ends_with(&format!("/cachescope_{version}_amd64.deb")), "{stdout}");
+    assert!(dkms.ends_with(&format!("/cachescope-dkms_{version}_all.deb")), "{stdout}");
+    (deb.to_string(), dkms.to_string())
+}
