@@ -125,18 +125,22 @@ impl Join {
     /// Counts in (`from`, `to`] are incomplete: rows overlapping it get none.
     pub fn gap(&mut self, from: Duration, to: Duration) {
         match self.gaps.back_mut() {
-            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            Some(last) if from <= last.1 => *last = (last.0.min(from), last.1.max(to)),
             _ => self.gaps.push_back((from, to)),
         }
     }
 
-    /// Whether (`from`, `until`] overlaps a gap; gaps wholly before `from` are let go (rows are
-    /// asked in time order).
+    /// Whether (`from`, `until`] overlaps a gap. Gaps are disjoint and in order: a binary
+    /// search. Rows come roughly in time order, but one row can span many intervals (a
+    /// budgeted read, a long `--interval`): a gap is let go only once it ended more than the
+    /// longest interval there is (an hour, MAX_INTERVAL) before the row asked about.
     pub fn in_gap(&mut self, from: Duration, until: Duration) -> bool {
-        while self.gaps.front().is_some_and(|g| g.1 <= from.saturating_sub(Duration::from_secs(10))) {
+        let horizon = from.saturating_sub(crate::sched::MAX_INTERVAL);
+        while self.gaps.front().is_some_and(|g| g.1 <= horizon) {
             self.gaps.pop_front();
         }
-        self.gaps.iter().any(|&(a, b)| a < until && from < b)
+        let i = self.gaps.partition_point(|g| g.1 <= from);
+        self.gaps.get(i).is_some_and(|&(a, _)| a < until)
     }
 
     /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
@@ -175,8 +179,11 @@ mod tests {
         assert!(j.in_gap(ms(299), ms(300)));
         assert!(!j.in_gap(ms(300), ms(301)));
         assert!(j.in_gap(ms(400), ms(600)), "an interval spanning a gap");
-        // Gaps long past are let go.
+        // A row spanning many intervals still sees a gap a shorter row before it passed.
         assert!(!j.in_gap(ms(20_000), ms(20_001)));
+        assert!(j.in_gap(ms(50), ms(20_002)));
+        // Gaps long past (beyond the longest interval) are let go.
+        assert!(!j.in_gap(ms(3_700_000), ms(3_700_001)));
         assert!(j.gaps.is_empty());
     }
 }

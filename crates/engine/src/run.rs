@@ -503,8 +503,9 @@ fn run_loop(
         };
         due(info.sampling, opts.interval, wake, st.step, limit, &mut times);
         if times.is_empty() {
-            // Between reads: attach whoever started (a stop waits for its last read).
-            st.lifecycle(t)?;
+            // Between reads: attach whoever started (a stop waits for its last read), up to
+            // where the next reads can reach: a change seen later than that waits for them.
+            st.lifecycle(limit.max(st.step))?;
         }
         for &at in &times {
             // A batch that overruns (thousands of containers) still stops at once when asked.

@@ -104,8 +104,15 @@ impl Journal {
         entry.extend_from_slice(&len.to_le_bytes());
         entry.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         entry.extend_from_slice(&body);
-        // One write: an entry is never interleaved, and a crash leaves at most its prefix.
-        self.file.write_all(&entry).and_then(|()| self.file.sync_data()).map_err(io(what()))
+        // One write: an entry is never interleaved, and a crash leaves at most its prefix. One
+        // that could not be synced is taken back: the caller keeps its rows in memory, and a
+        // recovery that found it would write them twice.
+        let at = self.file.stream_position().map_err(io(what()))?;
+        let r = self.file.write_all(&entry).and_then(|()| self.file.sync_data());
+        if r.is_err() {
+            let _ = self.file.set_len(at).and_then(|()| self.file.seek(SeekFrom::Start(at)).map(drop));
+        }
+        r.map_err(io(what()))
     }
 }
 
@@ -196,6 +203,14 @@ pub(super) fn decode_entry(entry: &[u8]) -> Result<ParquetMetaData, String> {
 
 /// The bytes a row group's column chunks take: (first, end).
 fn chunk_span(rg: &RowGroupMetaData) -> Option<(u64, u64)> {
+    // byte_range() asserts what a damaged footer may deny (offsets and sizes not negative):
+    // such a row group has no span.
+    let sound = |c: &parquet::file::metadata::ColumnChunkMetaData| {
+        c.data_page_offset() >= 0 && c.dictionary_page_offset().is_none_or(|d| d >= 0) && c.compressed_size() >= 0
+    };
+    if rg.num_rows() < 0 || !rg.columns().iter().all(sound) {
+        return None;
+    }
     let spans = rg.columns().iter().map(|c| c.byte_range());
     let first = spans.clone().map(|(s, _)| s).min()?;
     let end = spans.map(|(s, l)| s.saturating_add(l)).max()?;
@@ -283,7 +298,9 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
         }
     }
     let Some(first) = kept.first() else {
-        let empty = matches!(cause, Cause::Abandoned { .. }) || len <= 4;
+        // Abandoned with nothing journaled: its bytes are a batch still in memory. Anything
+        // else that does not verify is kept.
+        let empty = matches!(cause, Cause::Abandoned { keep } if keep <= 4) || len <= 4;
         drop(data);
         if empty {
             fs::remove_file(partial).map_err(io(format!("removing {}", partial.display())))?;
@@ -306,7 +323,7 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
         }
     }
     let rgs: Vec<RowGroupMetaData> = kept.iter().map(|c| c.meta.row_groups()[0].clone()).collect();
-    let rows = rgs.iter().map(|r| r.num_rows()).sum::<i64>();
+    let rows = rgs.iter().fold(0i64, |a, r| a.saturating_add(r.num_rows()));
     let fm = first.meta.file_metadata();
     let meta = FileMetaData::new(
         fm.version(),
