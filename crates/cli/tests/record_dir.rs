@@ -25,6 +25,18 @@ fn record(dir: &Path, seconds: u32) -> Child {
         .unwrap()
 }
 
+/// A short `record` into `dir` (in virtual time) to its end: what the next run after a crash
+/// is.
+fn record_briefly(dir: &Path) -> std::process::Output {
+    bin()
+        .args(["record", "--duration", "1s", "--fast", "--scenario"])
+        .arg(scenario())
+        .arg("--output")
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
 /// Names in `dir` ending in `ext`, sorted.
 fn named(dir: &Path, ext: &str) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -87,13 +99,7 @@ fn a_killed_writers_lock_is_taken_over() {
     }
     first.kill().unwrap();
     first.wait().unwrap();
-    let o = bin()
-        .args(["record", "--duration", "1s", "--fast", "--scenario"])
-        .arg(scenario())
-        .arg("--output")
-        .arg(d.path())
-        .output()
-        .unwrap();
+    let o = record_briefly(d.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(named(d.path(), ".parquet.partial").is_empty(), "the killed one's file was recovered");
     assert!(named(d.path(), ".parquet").len() >= 2, "{:?}", named(d.path(), ""));
@@ -166,13 +172,7 @@ fn random_kills_never_cost_a_file() {
         recovered += err.matches("recovered ").count();
         assert!(!err.contains("kept ") && !err.contains("left out"), "seed {seed} round {round}: {err}");
     }
-    let o = bin()
-        .args(["record", "--duration", "1s", "--fast", "--scenario"])
-        .arg(scenario())
-        .arg("--output")
-        .arg(d.path())
-        .output()
-        .unwrap();
+    let o = record_briefly(d.path());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     recovered += err.matches("recovered ").count();
