@@ -59,6 +59,8 @@ pub struct PmuColumns {
     /// cgroup id → container (the eBPF attribution charges cgroup ids): each followed
     /// container's own cgroup and every cgroup below it, charged to the nearest container.
     by_cgroup: BTreeMap<u64, Arc<ContainerMeta>>,
+    /// Followed container → the cgroup id the eBPF ticks follow for it.
+    ticked: HashMap<String, u64>,
     /// Followed containers' cgroup directories, for finding the cgroups below them.
     dirs: BTreeMap<String, (std::path::PathBuf, Arc<ContainerMeta>)>,
     /// cgroup ids seen in slots that no followed container holds (until the next rescan).
@@ -138,6 +140,7 @@ impl PmuColumns {
             columns: columns.clone(),
             counted,
             by_cgroup: BTreeMap::new(),
+            ticked: HashMap::new(),
             dirs: BTreeMap::new(),
             unknown: Default::default(),
             last_rescan: None,
@@ -159,7 +162,8 @@ impl PmuColumns {
             match Attribution::start(&events, cpus, slot, capacity_for(cgroups_per_slot(cpus.len()), per_drain)) {
                 Ok(mut a) => {
                     a.group_cpus(domain_of);
-                    return Ok(on(Source::Bpf(Box::new(a)), format!("eBPF, 1 ms slots: {what}")));
+                    let d = format!("eBPF, 1 ms slots, {}: {what}", a.tick_mode());
+                    return Ok(on(Source::Bpf(Box::new(a)), d));
                 }
                 Err(e) if choice == Choice::Bpf => return Err(format!("eBPF attribution: {e}")),
                 Err(e) => format!("eBPF attribution unavailable: {e}"),
@@ -287,7 +291,17 @@ impl PmuSource for PmuColumns {
 
     fn follow(&mut self, c: &Container) {
         match &mut self.src {
-            Source::Bpf(_) => {
+            Source::Bpf(a) => {
+                use std::os::unix::fs::MetadataExt;
+                let own =
+                    c.cgroup_id.or_else(|| c.dir.as_ref().and_then(|d| std::fs::metadata(d).ok()).map(|m| m.ino()));
+                if let Some(cg) = own {
+                    // Without it, its counts are still charged, at switches only.
+                    if let Err(e) = a.follow(cg) {
+                        cachescope_platform::say!("1 ms ticks for {} (cgroup {cg}): {e}", c.id());
+                    }
+                    self.ticked.insert(c.id().to_string(), cg);
+                }
                 if let Some(cg) = c.cgroup_id {
                     self.by_cgroup.insert(cg, c.meta.clone());
                     self.adopt(cg, &c.meta);
@@ -314,6 +328,11 @@ impl PmuSource for PmuColumns {
     }
 
     fn unfollow(&mut self, id: &str) {
+        if let (Some(cg), Source::Bpf(a)) = (self.ticked.remove(id), &self.src) {
+            if let Err(e) = a.unfollow(cg) {
+                cachescope_platform::say!("ending 1 ms ticks for {id} (cgroup {cg}): {e}");
+            }
+        }
         self.by_cgroup.retain(|_, m| m.id != id);
         self.dirs.remove(id);
         self.by_id.remove(id);

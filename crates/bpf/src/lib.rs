@@ -1,8 +1,9 @@
 //! Per-cgroup PMU attribution with eBPF (the primary PMU path of DESIGN.md §3).
 //!
-//! `src/bpf/attrib.bpf.c` runs at every context switch and at a per-CPU tick of one slot
-//! length: it reads this CPU's counters, charges the delta to the running task's cgroup id in
-//! the current time slot, and accumulates in a per-CPU hash keyed by (slot, cgroup id).
+//! `src/bpf/attrib.bpf.c` runs at every context switch and at ticks of one slot length on
+//! the CPUs that run a followed cgroup's task ([`Ticks`]): it reads this CPU's counters,
+//! charges the delta to the running task's cgroup id in the current time slot, and
+//! accumulates in a per-CPU hash keyed by (slot, cgroup id).
 //! [`Attribution::drain`] empties that hash in batches (two or three syscalls, however many
 //! context switches happened) and hands out each slot once it is complete. Counts that could
 //! not be charged are counted in [`BpfStats`].
@@ -82,6 +83,49 @@ pub struct BpfStats {
     /// First reads per CPU and event (counts before them are not attributed).
     pub baselines: u64,
     pub charges: u64,
+    /// Time spent in tick timer callbacks, which the kernel's per-program run time
+    /// (`kernel.bpf_stats_enabled`) does not count, and how many ran.
+    pub timer_ns: u64,
+    pub timer_runs: u64,
+    /// Tick timers that failed to start.
+    pub timer_failures: u64,
+}
+
+/// Where the ticks that split a running task's counts at slot boundaries run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ticks {
+    /// Only on CPUs whose current task is in a followed cgroup ([`Attribution::follow`]) or
+    /// below one: a per-CPU bpf_timer. Falls back to [`Ticks::EveryCpu`] where the kernel
+    /// refuses it.
+    Followed,
+    /// A cpu-clock timer on every CPU, whatever runs there (cost grows with the CPU count).
+    EveryCpu,
+}
+
+/// How ticks run after start: what was asked, or the fallback and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TickMode {
+    /// `sched_tick`: the hook at the scheduler tick that arms a timer for a task followed
+    /// while it runs (else that task waits for its next switch).
+    Followed {
+        sched_tick: bool,
+    },
+    EveryCpu {
+        why: Option<String>,
+    },
+}
+
+impl std::fmt::Display for TickMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TickMode::Followed { sched_tick: true, .. } => f.write_str("ticks where followed containers run"),
+            TickMode::Followed { sched_tick: false, .. } => {
+                f.write_str("ticks where followed containers run (armed at switches only)")
+            }
+            TickMode::EveryCpu { why: None } => f.write_str("ticks on every CPU"),
+            TickMode::EveryCpu { why: Some(w) } => write!(f, "ticks on every CPU ({w})"),
+        }
+    }
 }
 
 #[repr(C)]
@@ -101,11 +145,14 @@ pub struct Attribution {
     acc: MapHandle,
     stats: MapHandle,
     /// The PERF_EVENT_ARRAYs: the kernel drops their entries when the map file they were
-    /// added through is closed, so a descriptor of that same file is kept.
+    /// added through is closed, so a descriptor of that same file is kept; and the tick
+    /// timers' map, whose timers run only while user space holds it.
     _arrays: Vec<MapHandle>,
     _links: Vec<Link>,
     _counters: Vec<perf_event::Counter>,
     _ticks: Vec<perf_event::Counter>,
+    followed: MapHandle,
+    ticks: TickMode,
     pending: BTreeMap<(u64, u64, u32), SlotRow>,
     /// CPU index → domain.
     cpu_domain: Vec<u32>,
@@ -130,10 +177,21 @@ const BATCH: usize = 256;
 
 impl Attribution {
     /// Load and attach: count `events` on every CPU in `cpus`, slots of `slot` length, with
-    /// room for `capacity` (slot, cgroup) pairs between drains. A drain walks every bucket of
-    /// the hash, so capacity is its cost: size it to cgroups × slots per drain, with margin
-    /// (see [`capacity_for`]).
+    /// room for `capacity` (slot, cgroup) pairs between drains, ticks as [`Ticks::Followed`].
+    /// A drain walks every bucket of the hash, so capacity is its cost: size it to cgroups ×
+    /// slots per drain, with margin (see [`capacity_for`]).
     pub fn start(events: &[Encoded], cpus: &[usize], slot: Duration, capacity: u32) -> Result<Attribution, BpfError> {
+        Self::start_with(events, cpus, slot, capacity, Ticks::Followed)
+    }
+
+    /// [`Attribution::start`] with the ticks chosen.
+    pub fn start_with(
+        events: &[Encoded],
+        cpus: &[usize],
+        slot: Duration,
+        capacity: u32,
+        ticks: Ticks,
+    ) -> Result<Attribution, BpfError> {
         if events.is_empty() || events.len() > MAX_EVENTS {
             return Err(BpfError::Config(format!("1 to {MAX_EVENTS} events, not {}", events.len())));
         }
@@ -141,15 +199,41 @@ impl Attribution {
         if slot_ns < 100_000 {
             return Err(BpfError::Config(format!("slot {slot:?} is below 100us")));
         }
-        libbpf_log::capture();
-        let mut obj = MaybeUninit::uninit();
-        let mut open = skel::AttribSkelBuilder::default().open(&mut obj).map_err(lb("opening the BPF object"))?;
-        open.maps.acc.set_max_entries(capacity.max(64)).map_err(lb("sizing the slot map"))?;
-        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-            ro.slot_ns = slot_ns;
-            ro.nev = events.len() as u32;
+        // SAFETY: libbpf_num_possible_cpus reads sysfs and touches no memory of ours.
+        let ncpus = unsafe { libbpf_sys::libbpf_num_possible_cpus() };
+        if ncpus <= 0 {
+            return Err(BpfError::Config("cannot count possible CPUs".into()));
         }
-        let loaded = open.load().map_err(lb("loading the BPF program (root and a kernel with BPF needed)"))?;
+        let ncpus = ncpus as usize;
+        libbpf_log::capture();
+        let load = |obj, mode: Load| -> Result<skel::AttribSkel<'_>, BpfError> {
+            let mut open = skel::AttribSkelBuilder::default().open(obj).map_err(lb("opening the BPF object"))?;
+            open.maps.acc.set_max_entries(capacity.max(64)).map_err(lb("sizing the slot map"))?;
+            open.maps.ticks.set_max_entries(ncpus as u32).map_err(lb("sizing the tick timers"))?;
+            if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+                ro.slot_ns = slot_ns;
+                ro.nev = events.len() as u32;
+            }
+            let followed = !matches!(mode, Load::EveryCpu);
+            open.progs.on_switch.set_autoload(!followed);
+            open.progs.on_tick.set_autoload(!followed);
+            open.progs.on_switch_followed.set_autoload(followed);
+            open.progs.on_hrtimer.set_autoload(matches!(mode, Load::Followed { hrtimer_hook: true }));
+            open.load().map_err(lb("loading the BPF program (root and a kernel with BPF needed)"))
+        };
+        let mut objs: [MaybeUninit<libbpf_rs::OpenObject>; 3] =
+            [MaybeUninit::uninit(), MaybeUninit::uninit(), MaybeUninit::uninit()];
+        let [o1, o2, o3] = &mut objs;
+        let (loaded, mut mode) = match ticks {
+            Ticks::EveryCpu => (load(o1, Load::EveryCpu)?, TickMode::EveryCpu { why: None }),
+            Ticks::Followed => match load(o1, Load::Followed { hrtimer_hook: true }) {
+                Ok(l) => (l, TickMode::Followed { sched_tick: true }),
+                Err(_) => match load(o2, Load::Followed { hrtimer_hook: false }) {
+                    Ok(l) => (l, TickMode::Followed { sched_tick: false }),
+                    Err(e) => (load(o3, Load::EveryCpu)?, TickMode::EveryCpu { why: Some(format!("no timers: {e}")) }),
+                },
+            },
+        };
         let arrays = [&loaded.maps.ev0, &loaded.maps.ev1, &loaded.maps.ev2, &loaded.maps.ev3];
         let mut counters = Vec::new();
         for (i, ev) in events.iter().enumerate() {
@@ -166,21 +250,33 @@ impl Attribution {
                 counters.push(c);
             }
         }
-        let mut links = vec![loaded.progs.on_switch.attach().map_err(lb("attaching to sched_switch"))?];
+        let mut links = Vec::new();
         let mut ticks = Vec::new();
-        for &cpu in cpus {
-            let mut b = Builder::new(perf_event::events::Software::CPU_CLOCK);
-            b.any_pid().one_cpu(cpu).sample_period(slot_ns).include_kernel();
-            let t =
-                b.build().map_err(|error| BpfError::Io { what: format!("opening the tick on CPU {cpu}"), error })?;
-            // libbpf closes the fd it is given when the link goes: give it its own.
-            // SAFETY: dup of a descriptor we own; the result is owned by the link.
-            let dup = unsafe { libc::dup(t.as_raw_fd()) };
-            if dup < 0 {
-                return Err(BpfError::Io { what: "dup".into(), error: std::io::Error::last_os_error() });
+        if let TickMode::Followed { sched_tick, .. } = &mut mode {
+            links.push(loaded.progs.on_switch_followed.attach().map_err(lb("attaching to sched_switch"))?);
+            if *sched_tick {
+                match loaded.progs.on_hrtimer.attach() {
+                    Ok(l) => links.push(l),
+                    Err(_) => *sched_tick = false,
+                }
             }
-            links.push(loaded.progs.on_tick.attach_perf_event(dup).map_err(lb("attaching the tick"))?);
-            ticks.push(t);
+        } else {
+            links.push(loaded.progs.on_switch.attach().map_err(lb("attaching to sched_switch"))?);
+            for &cpu in cpus {
+                let mut b = Builder::new(perf_event::events::Software::CPU_CLOCK);
+                b.any_pid().one_cpu(cpu).sample_period(slot_ns).include_kernel();
+                let t = b
+                    .build()
+                    .map_err(|error| BpfError::Io { what: format!("opening the tick on CPU {cpu}"), error })?;
+                // libbpf closes the fd it is given when the link goes: give it its own.
+                // SAFETY: dup of a descriptor we own; the result is owned by the link.
+                let dup = unsafe { libc::dup(t.as_raw_fd()) };
+                if dup < 0 {
+                    return Err(BpfError::Io { what: "dup".into(), error: std::io::Error::last_os_error() });
+                }
+                links.push(loaded.progs.on_tick.attach_perf_event(dup).map_err(lb("attaching the tick"))?);
+                ticks.push(t);
+            }
         }
         let mut keep = Vec::new();
         for a in arrays {
@@ -188,30 +284,51 @@ impl Attribution {
         }
         let acc = MapHandle::try_from(&loaded.maps.acc).map_err(lb("acc map"))?;
         let stats = MapHandle::try_from(&loaded.maps.stats).map_err(lb("stats map"))?;
-        // SAFETY: libbpf_num_possible_cpus reads sysfs and touches no memory of ours.
-        let ncpus = unsafe { libbpf_sys::libbpf_num_possible_cpus() };
-        if ncpus <= 0 {
-            return Err(BpfError::Config("cannot count possible CPUs".into()));
-        }
+        let followed = MapHandle::try_from(&loaded.maps.followed).map_err(lb("followed map"))?;
+        // The kernel lets timers start only in a map user space holds, and frees them when
+        // the last user reference goes.
+        keep.push(MapHandle::try_from(&loaded.maps.ticks).map_err(lb("tick timers"))?);
         // The programs stay loaded through the links; the maps through the programs and our handles.
         drop(loaded);
         Ok(Attribution {
             nev: events.len(),
             slot_ns,
-            ncpus: ncpus as usize,
+            ncpus,
             acc,
             stats,
             _arrays: keep,
             _links: links,
             _counters: counters,
             _ticks: ticks,
+            followed,
+            ticks: mode,
             pending: BTreeMap::new(),
             cpu_domain: Vec::new(),
-            cpu_totals: vec![0; ncpus as usize],
+            cpu_totals: vec![0; ncpus],
             keys: vec![Key::default(); BATCH],
-            vals: vec![0u8; BATCH * ncpus as usize * VAL_SIZE],
+            vals: vec![0u8; BATCH * ncpus * VAL_SIZE],
             newest: 0,
         })
+    }
+
+    /// How ticks run (what start chose).
+    pub fn tick_mode(&self) -> &TickMode {
+        &self.ticks
+    }
+
+    /// Tick where the tasks of cgroup `id` (or of any cgroup below it) run. A task already
+    /// running gets its ticks from its next switch or scheduler tick.
+    pub fn follow(&self, id: u64) -> Result<(), BpfError> {
+        self.followed.update(&id.to_ne_bytes(), &[1], MapFlags::ANY).map_err(lb("following a cgroup"))
+    }
+
+    /// Stop ticking for cgroup `id` (its counts are still charged at switches).
+    pub fn unfollow(&self, id: u64) -> Result<(), BpfError> {
+        match self.followed.delete(&id.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(lb("unfollowing a cgroup")(e)),
+        }
     }
 
     pub fn slot_ns(&self) -> u64 {
@@ -368,6 +485,17 @@ impl Attribution {
             lost_counts: get(2)?,
             baselines: get(3)?,
             charges: get(4)?,
+            timer_ns: get(7)?,
+            timer_runs: get(8)?,
+            timer_failures: get(9)?,
         })
     }
+}
+
+/// What to load: the followed mode (with or without the hrtimer hook that arms ticks for a
+/// task followed while it runs), or ticks on every CPU.
+#[derive(Clone, Copy)]
+enum Load {
+    Followed { hrtimer_hook: bool },
+    EveryCpu,
 }

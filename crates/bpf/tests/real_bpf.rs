@@ -72,6 +72,9 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     let idle = sb.add("idle").unwrap();
     let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
     let (busy_id, idle_id) = (ino(&busy), ino(&idle));
+    println!("ticks: {}", attr.tick_mode());
+    attr.follow(busy_id).unwrap();
+    attr.follow(idle_id).unwrap();
     // Per-CPU totals by an independent perf count, to check that nothing is lost or doubled.
     let mut per_cpu: Vec<CounterGroup> =
         cpus.iter().map(|&c| CounterGroup::open(&Target::Cpu(c), &[ev]).unwrap()).collect();
@@ -90,6 +93,7 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
         if late_id == 0 && t0.elapsed() > Duration::from_millis(500) {
             let late = sb.add("late").unwrap();
             late_id = ino(&late);
+            attr.follow(late_id).unwrap();
             sb.spawn("late", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
         }
     }
@@ -130,4 +134,47 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     let st = attr.stats().unwrap();
     assert_eq!(st.lost_charges, 0);
     assert_eq!(st.read_failures, 0);
+}
+
+/// Ticks follow the followed: a busy task in a cgroup no one follows gets no 1 ms timer; once
+/// followed while it runs (no switch needed) it is split into 1 ms slots; unfollowed, the
+/// timer stops again. Its counts are charged all along (at switches).
+#[test]
+fn ticks_run_only_where_followed_tasks_run() {
+    let Some(mut sb) = setup("ticks") else { return };
+    let (ev, _) = event();
+    let cpus = cpus();
+    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, 600));
+    let mut attr = attr.unwrap();
+    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
+        cachescope_testkit::skip(format!("this kernel refuses BPF timers: {}", attr.tick_mode()));
+        return;
+    }
+    let busy = sb.add("spin").unwrap();
+    let id = std::fs::metadata(&busy).unwrap().ino();
+    sb.spawn("spin", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
+    let runs = |a: &Attribution| a.stats().unwrap().timer_runs;
+    let phase = |a: &mut Attribution| {
+        let r0 = runs(a);
+        let _ = a.drain_all().unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let rows = a.drain_all().unwrap();
+        let slots = rows.iter().filter(|r| r.cgroup_id == id).count();
+        (runs(a) - r0, slots)
+    };
+    let (unfollowed_runs, unfollowed_slots) = phase(&mut attr);
+    attr.follow(id).unwrap();
+    let (followed_runs, followed_slots) = phase(&mut attr);
+    attr.unfollow(id).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let (after_runs, _) = phase(&mut attr);
+    println!(
+        "{}; timer runs in 600 ms: unfollowed {unfollowed_runs} ({unfollowed_slots} slots charged), \
+         followed {followed_runs} ({followed_slots} slots), after unfollow {after_runs}",
+        attr.tick_mode()
+    );
+    assert!(unfollowed_runs <= 10, "timers ran {unfollowed_runs} times with nothing followed");
+    assert!(followed_runs >= 450, "followed while running: {followed_runs} timer runs in 600 ms");
+    assert!(followed_slots >= 450, "followed: {followed_slots} slots of 1 ms charged in 600 ms");
+    assert!(after_runs <= 10, "timers ran {after_runs} times after unfollow");
 }

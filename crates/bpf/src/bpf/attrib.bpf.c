@@ -1,17 +1,57 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 // Per-cgroup attribution of per-CPU counter deltas, aggregated in-kernel per time slot.
 //
-// At every context switch (raw_tp/sched_switch, where `current` is still the outgoing task)
-// and at every per-CPU tick (a perf_event program on a cpu-clock timer, so a task that never
-// switches is still split at slot boundaries) the program reads this CPU's counters
-// (bpf_perf_event_read_value on PERF_EVENT_ARRAY maps), takes the delta since the previous
-// read on this CPU, scales it if the PMU multiplexed, and adds it to (slot, cgroup id) in a
-// per-CPU hash. The idle task is charged to cgroup id 0. Userspace drains completed slots in
-// batches: no event per context switch crosses to userspace. What cannot be charged (hash
-// full, counter unreadable) is counted in `stats`, never silently dropped.
+// At every context switch (sched_switch, where `current` is still the outgoing task) and at
+// ticks (so a task that never switches is still split at slot boundaries) the program reads
+// this CPU's counters (bpf_perf_event_read_value on PERF_EVENT_ARRAY maps), takes the delta
+// since the previous read on this CPU, scales it if the PMU multiplexed, and adds it to
+// (slot, cgroup id) in a per-CPU hash. The idle task is charged to cgroup id 0. Userspace
+// drains completed slots in batches: no event per context switch crosses to userspace. What
+// cannot be charged (hash full, counter unreadable) is counted in `stats`, never silently
+// dropped.
+//
+// Every delta belongs to `current` whenever it is read, because every switch is hooked; the
+// ticks only decide where slots are split. Two tick modes:
+// - followed (the default): a per-CPU bpf_timer runs only while a task of a followed cgroup
+//   (one user space put in `followed`, or any cgroup below it) is on the CPU. It is armed when
+//   such a task is switched in, or at the scheduler tick (fentry, HZ, busy CPUs only) when one
+//   became followed while running, fires at the next slot boundary, and re-arms itself while
+//   the CPU still runs followed work. An idle CPU, or one running only other work, does no
+//   1 ms work: the cost follows the followed containers, not the host's CPU count.
+// - every CPU (the fallback where the kernel refuses timers here): a perf_event program on a
+//   per-CPU cpu-clock timer of one slot.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#ifndef BPF_F_TIMER_CPU_PIN
+#define BPF_F_TIMER_CPU_PIN (1ULL << 1) /* 6.7 */
+#endif
+#define CLOCK_MONOTONIC 1
+#define EINVAL 22
+#define EBUSY 16
+/* How far above a task's own cgroup a followed one is looked for. */
+#define MAX_UP 16
+
+/* The kernel's types, as far as read here (CO-RE relocates the offsets). */
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+struct cgroup_subsys_state {
+	struct cgroup_subsys_state *parent;
+} __attribute__((preserve_access_index));
+struct cgroup {
+	struct cgroup_subsys_state self;
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+struct task_struct {
+	int pid;
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
 
 #define NEV 4
 
@@ -61,16 +101,43 @@ struct {
 
 // 0: charges lost (hash full), 1: counter reads failed, 2: counts of event 0 lost,
 // 3: baselines taken (first read of an event on a CPU), 4: charges made,
-// 5: the first slot a charge was lost in since user space last cleared it, 6: the last one.
+// 5: the first slot a charge was lost in since user space last cleared it, 6: the last one,
+// 7: ns spent in timer callbacks (the kernel's run_time_ns does not count them),
+// 8: timer callbacks run, 9: timers that failed to start.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 7);
+	__uint(max_entries, 10);
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
 
+// cgroup ids whose tasks (and those below) get 1 ms ticks; set by user space.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u8);
+} followed SEC(".maps");
+
+struct tick {
+	struct bpf_timer timer;
+	__u32 armed;
+	__u32 ready;
+};
+
+// One tick timer per CPU, indexed by CPU number (sized by user space).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tick);
+} ticks SEC(".maps");
+
 const volatile __u64 slot_ns = 1000000;
 const volatile __u32 nev = 1;
+// Set once the kernel refused BPF_F_TIMER_CPU_PIN (before 6.7): then timers are started
+// unpinned, which keeps them on this CPU because it is never idle when one is started.
+__u32 no_pin;
 
 static __always_inline void bump(__u32 i, __u64 d)
 {
@@ -154,10 +221,111 @@ static __always_inline void charge(int is_switch)
 	bump(4, 1);
 }
 
+static __always_inline int followed_task(struct task_struct *t)
+{
+	struct cgroup *cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
+	for (int i = 0; i < MAX_UP && cg; i++) {
+		__u64 id = BPF_CORE_READ(cg, kn, id);
+		if (bpf_map_lookup_elem(&followed, &id))
+			return 1;
+		// `self` is a cgroup's first member: its css's parent is the parent cgroup.
+		cg = (struct cgroup *)BPF_CORE_READ(cg, self.parent);
+	}
+	return 0;
+}
+
+// Start `tk` to fire just after the next slot boundary, so charges split there.
+static __always_inline void start(struct tick *tk)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 wait = slot_ns - now % slot_ns + 1000;
+	long r = -EINVAL;
+	if (!no_pin) {
+		r = bpf_timer_start(&tk->timer, wait, BPF_F_TIMER_CPU_PIN);
+		if (r == -EINVAL)
+			no_pin = 1;
+	}
+	if (r == -EINVAL)
+		r = bpf_timer_start(&tk->timer, wait, 0);
+	if (r) {
+		tk->armed = 0;
+		bump(9, 1);
+	} else {
+		tk->armed = 1;
+	}
+}
+
+static int on_timer(void *map, __u32 *key, struct tick *tk)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	if (bpf_get_smp_processor_id() != *key) {
+		// Moved off its CPU (unpinned): that CPU re-arms at its next switch or tick.
+		tk->armed = 0;
+		return 0;
+	}
+	charge(0);
+	if (followed_task((struct task_struct *)bpf_get_current_task()))
+		start(tk);
+	else
+		tk->armed = 0;
+	bump(7, bpf_ktime_get_ns() - t0);
+	bump(8, 1);
+	return 0;
+}
+
+static __always_inline void arm(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tick *tk = bpf_map_lookup_elem(&ticks, &cpu);
+	if (!tk || tk->armed)
+		return;
+	if (!tk->ready) {
+		long r = bpf_timer_init(&tk->timer, &ticks, CLOCK_MONOTONIC);
+		if (r && r != -EBUSY) {
+			bump(9, 1);
+			return;
+		}
+		if (bpf_timer_set_callback(&tk->timer, on_timer)) {
+			bump(9, 1);
+			return;
+		}
+		tk->ready = 1;
+	}
+	start(tk);
+}
+
 SEC("raw_tp/sched_switch")
 int on_switch(void *ctx)
 {
 	charge(1);
+	return 0;
+}
+
+// The followed mode's switch: charge the outgoing task, tick while a followed one runs.
+SEC("tp_btf/sched_switch")
+int on_switch_followed(__u64 *ctx)
+{
+	struct task_struct *next = (struct task_struct *)ctx[2];
+	charge(1);
+	if (BPF_CORE_READ(next, pid) != 0 && followed_task(next))
+		arm();
+	return 0;
+}
+
+// Every hrtimer expiry, the scheduler tick's among them (HZ, on busy CPUs only): a task that
+// became followed while it ran, without switching since, gets its ticks from here. A
+// tracepoint, not the tick function itself: its name holds from 6.1 to 7.2 and it needs no
+// ftrace. The hrtimer base's lock is not held here, so starting a timer is safe.
+SEC("tp_btf/hrtimer_expire_entry")
+int on_hrtimer(__u64 *ctx)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tick *tk = bpf_map_lookup_elem(&ticks, &cpu);
+	if (!tk || tk->armed)
+		return 0;
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	if (BPF_CORE_READ(cur, pid) != 0 && followed_task(cur))
+		arm();
 	return 0;
 }
 
