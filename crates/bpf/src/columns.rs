@@ -45,6 +45,17 @@ fn cgroups_per_slot(cpus: usize) -> usize {
     (8 * cpus).clamp(16, 128)
 }
 
+/// `CACHESCOPE_BPF_TICKS` (docs/cli.md, a diagnostic for comparing costs): `followed`, the
+/// default, or `every-cpu`, the 1 ms tick on every CPU that came before it.
+fn ticks_asked() -> Result<crate::Ticks, String> {
+    match std::env::var("CACHESCOPE_BPF_TICKS") {
+        Err(_) => Ok(crate::Ticks::Followed),
+        Ok(v) if v == "followed" => Ok(crate::Ticks::Followed),
+        Ok(v) if v == "every-cpu" => Ok(crate::Ticks::EveryCpu),
+        Ok(v) => Err(format!("CACHESCOPE_BPF_TICKS: {v:?} is neither \"followed\" nor \"every-cpu\"")),
+    }
+}
+
 enum Source {
     Bpf(Box<Attribution>),
     Perf(CgroupCollector),
@@ -159,7 +170,8 @@ impl PmuColumns {
         } else {
             let per_drain = BPF_DRAIN_EVERY.as_millis() as u32;
             let slot = Duration::from_millis(1);
-            match Attribution::start(&events, cpus, slot, capacity_for(cgroups_per_slot(cpus.len()), per_drain)) {
+            let cap = capacity_for(cgroups_per_slot(cpus.len()), per_drain);
+            match Attribution::start_with(&events, cpus, slot, cap, ticks_asked()?) {
                 Ok(mut a) => {
                     a.group_cpus(domain_of);
                     let d = format!("eBPF, 1 ms slots, {}: {what}", a.tick_mode());
@@ -325,6 +337,17 @@ impl PmuSource for PmuColumns {
             }
         }
         self.by_id.insert(c.id().to_string(), c.meta.clone());
+    }
+
+    fn kernel_cpu(&mut self) -> Option<cachescope_engine::pmu::KernelCpu> {
+        let Source::Bpf(a) = &self.src else { return None };
+        let c = a.kernel_cost().ok()?;
+        Some(cachescope_engine::pmu::KernelCpu {
+            timers: Duration::from_nanos(c.timer_ns),
+            timer_runs: c.timer_runs,
+            programs: c.counted.then(|| Duration::from_nanos(c.run_ns)),
+            runs: c.runs,
+        })
     }
 
     fn unfollow(&mut self, id: &str) {

@@ -91,6 +91,26 @@ pub struct BpfStats {
     pub timer_failures: u64,
 }
 
+/// CPU time the in-kernel side took since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCost {
+    /// The attached programs' run time and runs, as the kernel counts them: only while
+    /// `kernel.bpf_stats_enabled` is 1 (`counted`), and from when it was set.
+    pub run_ns: u64,
+    pub runs: u64,
+    pub counted: bool,
+    /// Tick timer callbacks (always counted, by the program itself), and how many ran.
+    pub timer_ns: u64,
+    pub timer_runs: u64,
+}
+
+impl KernelCost {
+    /// Everything counted, ns.
+    pub fn total_ns(&self) -> u64 {
+        self.run_ns + self.timer_ns
+    }
+}
+
 /// Where the ticks that split a running task's counts at slot boundaries run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ticks {
@@ -153,6 +173,8 @@ pub struct Attribution {
     _ticks: Vec<perf_event::Counter>,
     followed: MapHandle,
     ticks: TickMode,
+    /// The attached programs (own descriptors), for their run time.
+    progs: Vec<std::os::fd::OwnedFd>,
     pending: BTreeMap<(u64, u64, u32), SlotRow>,
     /// CPU index → domain.
     cpu_domain: Vec<u32>,
@@ -252,6 +274,23 @@ impl Attribution {
         }
         let mut links = Vec::new();
         let mut ticks = Vec::new();
+        let mut progs = Vec::new();
+        {
+            let p = &loaded.progs;
+            let attached = match mode {
+                TickMode::Followed { .. } => [&p.on_switch_followed, &p.on_hrtimer],
+                TickMode::EveryCpu { .. } => [&p.on_switch, &p.on_tick],
+            };
+            for prog in attached {
+                if prog.autoload() {
+                    let fd = prog.as_fd().try_clone_to_owned().map_err(|error| BpfError::Io {
+                        what: format!("keeping program {}", prog.name().to_string_lossy()),
+                        error,
+                    })?;
+                    progs.push(fd);
+                }
+            }
+        }
         if let TickMode::Followed { sched_tick, .. } = &mut mode {
             links.push(loaded.progs.on_switch_followed.attach().map_err(lb("attaching to sched_switch"))?);
             if *sched_tick {
@@ -302,6 +341,7 @@ impl Attribution {
             _ticks: ticks,
             followed,
             ticks: mode,
+            progs,
             pending: BTreeMap::new(),
             cpu_domain: Vec::new(),
             cpu_totals: vec![0; ncpus],
@@ -309,6 +349,37 @@ impl Attribution {
             vals: vec![0u8; BATCH * ncpus * VAL_SIZE],
             newest: 0,
         })
+    }
+
+    /// What the programs cost since start.
+    pub fn kernel_cost(&self) -> Result<KernelCost, BpfError> {
+        let mut cost = KernelCost { timer_ns: self.stat(7)?, timer_runs: self.stat(8)?, ..KernelCost::default() };
+        let mut stats_on = false;
+        for fd in &self.progs {
+            // SAFETY: bpf_prog_info is plain data; zeroed is valid and the kernel fills at
+            // most `len` bytes of it.
+            let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+            // SAFETY: `fd` is a program descriptor we own; `info` and `len` outlive the call.
+            let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+            if rc < 0 {
+                return Err(BpfError::Io {
+                    what: "reading a program's run time".into(),
+                    error: std::io::Error::last_os_error(),
+                });
+            }
+            cost.run_ns += info.run_time_ns;
+            cost.runs += info.run_cnt;
+            stats_on |= info.run_cnt > 0;
+        }
+        if !stats_on {
+            // The kernel counts program runs only while kernel.bpf_stats_enabled is 1.
+            cost.run_ns = 0;
+            cost.counted = false;
+        } else {
+            cost.counted = true;
+        }
+        Ok(cost)
     }
 
     /// How ticks run (what start chose).

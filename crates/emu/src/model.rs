@@ -122,6 +122,9 @@ pub struct CacheModel {
     upscale: f64,
     cpus_per_domain: u32,
     containers: Vec<Container>,
+    /// Name → indexes of its entries in `containers`, oldest first (a restarted container
+    /// has several): lookups by name cost O(1), not a scan of every container at every step.
+    by_name: std::collections::HashMap<String, Vec<usize>>,
     domains: Vec<Domain>,
     rng: u64,
     jitter: f64,
@@ -130,6 +133,10 @@ pub struct CacheModel {
 impl CacheModel {
     pub fn new(s: &Scenario, upscale_factor: u32) -> CacheModel {
         let p = &s.platform;
+        let mut by_name: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        for (i, c) in s.containers.iter().enumerate() {
+            by_name.entry(c.name.clone()).or_default().push(i);
+        }
         CacheModel {
             now: Duration::ZERO,
             l3: p.l3_mib * MIB,
@@ -150,6 +157,7 @@ impl CacheModel {
                     driven: None,
                 })
                 .collect(),
+            by_name,
             domains: vec![Domain::default(); p.domains as usize],
             rng: p.seed ^ 0x9E37_79B9_7F4A_7C15,
             jitter: p.jitter,
@@ -158,6 +166,11 @@ impl CacheModel {
 
     pub fn now(&self) -> Duration {
         self.now
+    }
+
+    /// Indexes of the entries named `name`, newest first.
+    fn named(&self, name: &str) -> impl Iterator<Item = usize> + '_ {
+        self.by_name.get(name).into_iter().flat_map(|v| v.iter().rev().copied())
     }
 
     pub fn l3_bytes(&self) -> f64 {
@@ -173,9 +186,10 @@ impl CacheModel {
     /// line in), up to the L3 size: its working set is unknown, so nothing caps it lower.
     /// False when a container of that name is running already.
     pub fn add_driven(&mut self, name: &str) -> bool {
-        if self.containers.iter().any(|c| c.name == name && c.running_at(self.now)) {
+        if self.named(name).any(|i| self.containers[i].running_at(self.now)) {
             return false;
         }
+        self.by_name.entry(name.to_string()).or_default().push(self.containers.len());
         // A name that comes back (a restarted container) gets a fresh entry: its old lines
         // stay with the old one until evicted, as a stopped container's do.
         self.containers.push(Container {
@@ -195,7 +209,8 @@ impl CacheModel {
     /// Set a driven container's memory traffic in `domain`, bytes per second, until set again.
     pub fn set_rate(&mut self, name: &str, domain: u32, bytes_per_sec: f64) -> bool {
         let now = self.now;
-        match self.containers.iter_mut().rev().find(|c| c.name == name && c.running_at(now)) {
+        let i = self.named(name).find(|&i| self.containers[i].running_at(now));
+        match i.map(|i| &mut self.containers[i]) {
             Some(Container { driven: Some(rates), .. }) if (domain as usize) < rates.len() => {
                 rates[domain as usize] = bytes_per_sec.max(0.0);
                 true
@@ -207,7 +222,8 @@ impl CacheModel {
     /// Stop a driven container now; its lines stay until others' fills evict them.
     pub fn stop_driven(&mut self, name: &str) -> bool {
         let now = self.now;
-        match self.containers.iter_mut().rev().find(|c| c.name == name && c.driven.is_some() && c.stop.is_none()) {
+        let i = self.named(name).find(|&i| self.containers[i].driven.is_some() && self.containers[i].stop.is_none());
+        match i.map(|i| &mut self.containers[i]) {
             Some(c) => {
                 c.stop = Some(now);
                 true
@@ -217,7 +233,8 @@ impl CacheModel {
     }
 
     pub fn tag(&mut self, name: &str, rmid: Option<u32>) -> bool {
-        match self.containers.iter_mut().rev().find(|c| c.name == name) {
+        let i = self.named(name).next();
+        match i.map(|i| &mut self.containers[i]) {
             Some(c) => {
                 c.tag = rmid;
                 true
@@ -232,7 +249,7 @@ impl CacheModel {
 
     pub fn container_occupancy(&self, domain: u32, name: &str) -> f64 {
         // Every entry of that name: a restarted driven container's old lines count too.
-        let ids: Vec<usize> = (0..self.containers.len()).filter(|&i| self.containers[i].name == name).collect();
+        let ids: Vec<usize> = self.named(name).collect();
         self.domains.get(domain as usize).map_or(0.0, |d| ids.iter().map(|&i| d.resident_of(i)).sum())
     }
 

@@ -43,6 +43,40 @@ pub struct Gap {
     pub charges: u64,
 }
 
+/// CPU time a source spends in the kernel for the collector (eBPF programs) since its start,
+/// which the collector's own CPU time does not include.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelCpu {
+    /// Timer callbacks, always counted, and how many ran.
+    pub timers: Duration,
+    pub timer_runs: u64,
+    /// Program runs, as the kernel counts them: only while kernel.bpf_stats_enabled is 1;
+    /// and how many.
+    pub programs: Option<Duration>,
+    pub runs: u64,
+}
+
+impl KernelCpu {
+    /// In words, for the run's summary.
+    pub fn describe(&self) -> String {
+        match self.programs {
+            Some(p) => format!(
+                "eBPF CPU time: {:.3} s (programs {:.3} s in {} runs, tick timers {:.3} s in {} runs)",
+                (p + self.timers).as_secs_f64(),
+                p.as_secs_f64(),
+                self.runs,
+                self.timers.as_secs_f64(),
+                self.timer_runs
+            ),
+            None => format!(
+                "eBPF CPU time: tick timers {:.3} s in {} runs; program runs not counted (kernel.bpf_stats_enabled is 0)",
+                self.timers.as_secs_f64(),
+                self.timer_runs
+            ),
+        }
+    }
+}
+
 pub trait PmuSource {
     /// What is counted and how, for the header and the file metadata.
     fn describe(&self) -> String;
@@ -61,6 +95,10 @@ pub trait PmuSource {
     }
     /// A header line for the period since it was last asked (e.g. CPU use per container).
     fn header(&mut self, _period: Duration) -> Option<String> {
+        None
+    }
+    /// Its CPU time in the kernel since start, where it runs there.
+    fn kernel_cpu(&mut self) -> Option<KernelCpu> {
         None
     }
 }

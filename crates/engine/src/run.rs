@@ -359,6 +359,7 @@ impl State {
             emulated: info.emulated.clone(),
             read_errors: vec![("error", self.read_errors)],
             pmu_lost_charges: self.lost.charges,
+            pmu_kernel_cpu: self.p.pmu.as_mut().and_then(|p| p.kernel_cpu()),
             extra,
         };
         let mut flow = Flow::Continue;
@@ -429,6 +430,9 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
     // Clean up in order, whatever happened: the rows still held, the backend's changes, the
     // sources, the sinks.
     st.drain_pmu();
+    if let Some(k) = st.p.pmu.as_mut().and_then(|p| p.kernel_cpu()) {
+        st.messages.push(k.describe());
+    }
     st.release(true);
     let mut first_err = result.err();
     let note = |e: RunError, first: &mut Option<RunError>| {

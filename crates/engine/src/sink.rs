@@ -30,6 +30,8 @@ pub struct RunStatus {
     /// Charges the PMU source dropped since the start (its kernel buffer filled while the
     /// collector fell behind); the rows of that time have no PMU values.
     pub pmu_lost_charges: u64,
+    /// The PMU source's CPU time in the kernel since the start (eBPF), where it has any.
+    pub pmu_kernel_cpu: Option<crate::pmu::KernelCpu>,
     /// The backend's and the PMU source's own lines.
     pub extra: Vec<String>,
 }

@@ -49,6 +49,7 @@ pub struct Metrics {
     missed_ticks: u64,
     /// Charges the PMU source dropped (the collector fell behind).
     pmu_lost_charges: u64,
+    pmu_kernel_cpu: Option<cachescope_engine::pmu::KernelCpu>,
     /// (domain, L3 bytes).
     l3_bytes: Vec<(u32, u64)>,
     /// What drives emulated values, when they are.
@@ -112,6 +113,7 @@ impl Metrics {
         self.containers_unmonitored = st.unmonitored;
         self.missed_ticks = st.missed;
         self.pmu_lost_charges = st.pmu_lost_charges;
+        self.pmu_kernel_cpu = st.pmu_kernel_cpu;
         self.l3_bytes = st.l3_bytes.clone();
         self.emulated = st.emulated.clone();
     }
@@ -255,6 +257,17 @@ impl Metrics {
             "# HELP {p} PMU charges dropped because the collector fell behind; those intervals' rows have no PMU values.\n# TYPE {p} counter"
         );
         let _ = writeln!(o, "{p} {}", self.pmu_lost_charges);
+        if let Some(k) = self.pmu_kernel_cpu {
+            let b = "cachescope_ebpf_cpu_seconds_total";
+            let _ = writeln!(
+                o,
+                "# HELP {b} CPU time of the eBPF attribution in the kernel, not in the process's own: its tick timers, and its programs' runs while kernel.bpf_stats_enabled is 1 (absent otherwise).\n# TYPE {b} counter"
+            );
+            let _ = writeln!(o, "{b}{{part=\"timers\"}} {}", k.timers.as_secs_f64());
+            if let Some(p) = k.programs {
+                let _ = writeln!(o, "{b}{{part=\"programs\"}} {}", p.as_secs_f64());
+            }
+        }
         let l = "cachescope_l3_size_bytes";
         let _ = writeln!(o, "# HELP {l} Size of the L3 cache of each domain.\n# TYPE {l} gauge");
         for (d, b) in &self.l3_bytes {

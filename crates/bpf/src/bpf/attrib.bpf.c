@@ -184,12 +184,13 @@ static __always_inline void mark_lost(__u64 slot)
 		}                                                                     \
 	}
 
-static __always_inline void charge(int is_switch)
+// Returns the cgroup id charged (0: the idle task, or nothing could be charged).
+static __always_inline __u64 charge(int is_switch)
 {
 	__u32 zero = 0;
 	struct cpu_state *st = bpf_map_lookup_elem(&state, &zero);
 	if (!st)
-		return;
+		return 0;
 	__u64 d[NEV] = {};
 	__u64 mux = 0;
 	READ(0, ev0)
@@ -209,7 +210,7 @@ static __always_inline void charge(int is_switch)
 			bump(0, 1);
 			bump(2, d[0]);
 			mark_lost(k.slot);
-			return;
+			return k.cgid;
 		}
 	}
 	a->v[0] += d[0];
@@ -219,6 +220,7 @@ static __always_inline void charge(int is_switch)
 	a->switches += is_switch;
 	a->multiplexed += mux;
 	bump(4, 1);
+	return k.cgid;
 }
 
 static __always_inline int followed_task(struct task_struct *t)
@@ -235,9 +237,8 @@ static __always_inline int followed_task(struct task_struct *t)
 }
 
 // Start `tk` to fire just after the next slot boundary, so charges split there.
-static __always_inline void start(struct tick *tk)
+static __always_inline void start(struct tick *tk, __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
 	__u64 wait = slot_ns - now % slot_ns + 1000;
 	long r = -EINVAL;
 	if (!no_pin) {
@@ -263,9 +264,11 @@ static int on_timer(void *map, __u32 *key, struct tick *tk)
 		tk->armed = 0;
 		return 0;
 	}
-	charge(0);
-	if (followed_task((struct task_struct *)bpf_get_current_task()))
-		start(tk);
+	// The cgroup just charged is the current task's: most often followed itself.
+	__u64 cg = charge(0);
+	if (cg && (bpf_map_lookup_elem(&followed, &cg) ||
+		   followed_task((struct task_struct *)bpf_get_current_task())))
+		start(tk, t0);
 	else
 		tk->armed = 0;
 	bump(7, bpf_ktime_get_ns() - t0);
@@ -291,7 +294,7 @@ static __always_inline void arm(void)
 		}
 		tk->ready = 1;
 	}
-	start(tk);
+	start(tk, bpf_ktime_get_ns());
 }
 
 SEC("raw_tp/sched_switch")
