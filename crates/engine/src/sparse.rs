@@ -43,6 +43,27 @@ fn present(counters: &[Option<u64>; crate::row::COUNTERS]) -> u8 {
     counters.iter().enumerate().fold(0, |acc, (i, v)| acc | (u8::from(v.is_some()) << i))
 }
 
+/// Whether lost row `r` continues `held` (same series state, same keyframe period).
+fn mergeable(held: &Row, r: &Row, keyframe_ns: i64) -> bool {
+    held.pmu.lost
+        && held.container.id == r.container.id
+        && held.domain == r.domain
+        && held.status == r.status
+        && held.rmid == r.rmid
+        && present(&held.counters()) == present(&r.counters())
+        && held.time_ns.div_euclid(keyframe_ns) == r.time_ns.div_euclid(keyframe_ns)
+}
+
+/// Extend `held` over `r`'s interval: one row whose interval spans both, counters summed.
+fn merge(held: &mut Row, r: &Row) {
+    held.interval_ns += r.interval_ns.max(0);
+    held.time_ns = r.time_ns;
+    held.llc_occupancy_bytes = r.llc_occupancy_bytes;
+    let add = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.saturating_add(b));
+    held.mbm_total_bytes = add(held.mbm_total_bytes, r.mbm_total_bytes);
+    held.mbm_local_bytes = add(held.mbm_local_bytes, r.mbm_local_bytes);
+}
+
 fn moved(counters: &[Option<u64>; crate::row::COUNTERS]) -> bool {
     counters.iter().any(|v| v.is_some_and(|x| x > 0))
 }
@@ -54,10 +75,38 @@ impl Sparse {
     }
 
     /// Filter rows (of one or more intervals, in time order), keeping those worth writing.
+    /// Consecutive rows of one (container, domain) whose PMU counts were lost become one row
+    /// spanning them (in one call and one keyframe period): when the collector falls behind,
+    /// a row per container per interval of unknown counts would make it fall further behind.
     pub fn filter(&mut self, rows: Vec<Row>) -> Vec<Row> {
         let mut out = Vec::with_capacity(rows.len() / 4 + 1);
+        // (container, domain) → the index in `out` of its lost row still open for merging.
+        // Keyed by a hash of the id (no allocation per row); a hit is checked by id.
+        let mut open: HashMap<(u64, u32), usize> = HashMap::new();
+        let key = |r: &Row| {
+            use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+            (BuildHasherDefault::<DefaultHasher>::default().hash_one(r.container.id.as_str()), r.domain)
+        };
+        let mut merged = false;
         for r in rows {
             let counters = r.counters();
+            if r.pmu.lost {
+                let key = key(&r);
+                if let Some(&i) = open.get(&key) {
+                    if let Some(into) = out.get_mut(i).filter(|h: &&mut Row| mergeable(h, &r, self.keyframe_ns)) {
+                        merge(into, &r);
+                        self.skipped += 1;
+                        merged = true;
+                        if let Some(k) = self.last.get_mut(r.container.id.as_str()) {
+                            k.seen_ns = k.seen_ns.max(r.time_ns);
+                        }
+                        continue;
+                    }
+                }
+                open.insert(key, out.len());
+            } else if !open.is_empty() {
+                open.remove(&key(&r));
+            }
             let period = r.time_ns.div_euclid(self.keyframe_ns);
             let now = Kept {
                 occupancy: r.llc_occupancy_bytes,
@@ -108,6 +157,10 @@ impl Sparse {
             } else {
                 self.skipped += 1;
             }
+        }
+        if merged {
+            // A merged row ends later than the rows after it: back in time order.
+            out.sort_by_key(|r| r.time_ns);
         }
         out
     }
@@ -185,13 +238,26 @@ mod tests {
     }
 
     #[test]
-    fn rows_whose_counts_were_lost_are_all_kept() {
+    fn rows_whose_counts_were_lost_are_kept_as_one_row_spanning_them() {
         let mut s = Sparse::new(100, 1_000_000_000);
         assert_eq!(s.filter(vec![row(1, Some(1000), Some(0), Status::Ok)]).len(), 1);
         let lost = |t| Row { pmu: Pmu { lost: true, ..Pmu::default() }, ..row(t, Some(1000), None, Status::Ok) };
-        // Unchanged occupancy, no counter: skipped were it not for the loss.
-        assert_eq!(s.filter(vec![lost(2), lost(3), lost(4)]).len(), 3);
-        assert_eq!((s.kept, s.skipped), (4, 0));
+        // Unchanged occupancy, no counter: skipped were it not for the loss; three lost
+        // intervals of 1 ms are one row of 3 ms.
+        let out = s.filter(vec![lost(2), lost(3), lost(4)]);
+        assert_eq!(out.iter().map(|r| (r.time_ns, r.interval_ns)).collect::<Vec<_>>(), vec![(4_000_000, 3_000_000)]);
+        assert!(out[0].pmu.lost && out[0].cpu_ns.is_none());
+        assert_eq!((s.kept, s.skipped), (2, 2));
+        // Another series between them stays apart and the output stays in time order.
+        let mut other = lost(6);
+        other.container = ContainerMeta::named("other");
+        let out = s.filter(vec![lost(5), other, lost(7), row(8, Some(1000), Some(5), Status::Ok), lost(9)]);
+        let got: Vec<(i64, i64, &str)> =
+            out.iter().map(|r| (r.time_ns / 1_000_000, r.interval_ns / 1_000_000, r.container.id.as_str())).collect();
+        assert_eq!(got, vec![(6, 1, "other"), (7, 2, "a"), (8, 1, "a"), (9, 1, "a")]);
+        // A keyframe boundary ends a merged row.
+        let out = s.filter(vec![lost(999), lost(1000)]);
+        assert_eq!(out.len(), 2);
     }
 
     #[test]
