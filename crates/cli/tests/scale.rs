@@ -19,6 +19,7 @@ static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const SECONDS: u64 = 10;
 
 /// Run `cmd` to its end: (exit status, stderr, peak RSS in kB from wait4).
+#[allow(clippy::zombie_processes)] // waited for with wait4, for its rusage
 fn run_measured(cmd: &mut Command) -> (bool, String, i64) {
     use std::io::Read;
     let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
