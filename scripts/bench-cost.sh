@@ -62,9 +62,11 @@ cgroups() {
     if [ "$have" -lt 2 ]; then
       # shellcheck disable=SC2016 # $$ is the child's
       sh -c 'echo $$ >"$1/cgroup.procs"; exec sh -c "while :; do :; done"' sh "$d" >/dev/null 2>&1 &
+      disown
     else
       # shellcheck disable=SC2016
       sh -c 'echo $$ >"$1/cgroup.procs"; exec sleep 100000' sh "$d" >/dev/null 2>&1 &
+      disown
     fi
     have=$((have + 1))
   done

@@ -40,6 +40,7 @@ APT_NEEDS=(
   "lintian:lintian"    # checks the Debian packages (scripts/package-check.sh)
   "dpkg-shlibdeps:dpkg-dev"  # the binary package's dependencies (scripts/package.sh)
   "kubectl:kubernetes-client"  # renders deploy/kubernetes's kustomization (kubectl kustomize)
+  "valgrind:valgrind"  # counts the hot path's instructions (crates/cli/tests/instructions.rs)
 )
 APT_HEADERS=(
   "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"
