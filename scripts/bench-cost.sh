@@ -23,7 +23,9 @@
 # 16 vCPUs, where TCG cannot deliver its ticks.
 #
 # Usage: scripts/bench-cost.sh [SECONDS [RUNS]]; CONTAINERS="10 100" and VCPUS="2 16" narrow
-# it, VCPUS="" skips the guests.
+# it, VCPUS="" skips the guests; CACHESCOPE=PATH measures that binary instead of this tree's
+# release build (an older one says nothing of its eBPF time: its column reads 0, and it has no
+# CACHESCOPE_BPF_TICKS: its every-CPU row is its only mode).
 set -euo pipefail
 secs=${1:-10}
 runs=${2:-3}
@@ -31,8 +33,12 @@ sizes=${CONTAINERS:-10 100 1000}
 vcpus=${VCPUS-2 16 64}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-cost.sh: run as root (cgroups, eBPF)" >&2; exit 2; }
-cargo build --release --locked -q -p cachescope
-bin=$PWD/target/release/cachescope
+if [ -n "${CACHESCOPE:-}" ]; then
+  bin=$(realpath "$CACHESCOPE")
+else
+  cargo build --release --locked -q -p cachescope
+  bin=$PWD/target/release/cachescope
+fi
 cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$cg" ] || { echo "bench-cost.sh: no cgroup v2 mounted" >&2; exit 2; }
 base=$cg/cachescope-bench-$$
