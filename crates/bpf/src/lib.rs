@@ -104,13 +104,6 @@ pub struct KernelCost {
     pub timer_runs: u64,
 }
 
-impl KernelCost {
-    /// Everything counted, ns.
-    pub fn total_ns(&self) -> u64 {
-        self.run_ns + self.timer_ns
-    }
-}
-
 /// Where the ticks that split a running task's counts at slot boundaries run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ticks {
@@ -354,7 +347,6 @@ impl Attribution {
     /// What the programs cost since start.
     pub fn kernel_cost(&self) -> Result<KernelCost, BpfError> {
         let mut cost = KernelCost { timer_ns: self.stat(7)?, timer_runs: self.stat(8)?, ..KernelCost::default() };
-        let mut stats_on = false;
         for fd in &self.progs {
             // SAFETY: bpf_prog_info is plain data; zeroed is valid and the kernel fills at
             // most `len` bytes of it.
@@ -370,15 +362,10 @@ impl Attribution {
             }
             cost.run_ns += info.run_time_ns;
             cost.runs += info.run_cnt;
-            stats_on |= info.run_cnt > 0;
         }
-        if !stats_on {
-            // The kernel counts program runs only while kernel.bpf_stats_enabled is 1.
-            cost.run_ns = 0;
-            cost.counted = false;
-        } else {
-            cost.counted = true;
-        }
+        // The kernel counts program runs (and their time) only while
+        // kernel.bpf_stats_enabled is 1: none counted means it never was.
+        cost.counted = cost.runs > 0;
         Ok(cost)
     }
 

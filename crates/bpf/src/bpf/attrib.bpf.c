@@ -14,8 +14,9 @@
 // ticks only decide where slots are split. Two tick modes:
 // - followed (the default): a per-CPU bpf_timer runs only while a task of a followed cgroup
 //   (one user space put in `followed`, or any cgroup below it) is on the CPU. It is armed when
-//   such a task is switched in, or at the scheduler tick (fentry, HZ, busy CPUs only) when one
-//   became followed while running, fires at the next slot boundary, and re-arms itself while
+//   such a task is switched in, or at an hrtimer expiry (the scheduler tick's among them: HZ,
+//   busy CPUs only) when one became followed while running, fires at the next slot boundary,
+//   and re-arms itself while
 //   the CPU still runs followed work. An idle CPU, or one running only other work, does no
 //   1 ms work: the cost follows the followed containers, not the host's CPU count.
 // - every CPU (the fallback where the kernel refuses timers here): a perf_event program on a
@@ -276,12 +277,16 @@ static int on_timer(void *map, __u32 *key, struct tick *tk)
 	return 0;
 }
 
-static __always_inline void arm(void)
+// This CPU's tick timer, if it is not running (NULL when it is).
+static __always_inline struct tick *idle_tick(void)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct tick *tk = bpf_map_lookup_elem(&ticks, &cpu);
-	if (!tk || tk->armed)
-		return;
+	return tk && !tk->armed ? tk : NULL;
+}
+
+static __always_inline void arm(struct tick *tk)
+{
 	if (!tk->ready) {
 		long r = bpf_timer_init(&tk->timer, &ticks, CLOCK_MONOTONIC);
 		if (r && r != -EBUSY) {
@@ -310,8 +315,10 @@ int on_switch_followed(__u64 *ctx)
 {
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	charge(1);
-	if (BPF_CORE_READ(next, pid) != 0 && followed_task(next))
-		arm();
+	// An armed timer keeps running while followed work runs: no cgroup walk then.
+	struct tick *tk = idle_tick();
+	if (tk && BPF_CORE_READ(next, pid) != 0 && followed_task(next))
+		arm(tk);
 	return 0;
 }
 
@@ -322,13 +329,12 @@ int on_switch_followed(__u64 *ctx)
 SEC("tp_btf/hrtimer_expire_entry")
 int on_hrtimer(__u64 *ctx)
 {
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct tick *tk = bpf_map_lookup_elem(&ticks, &cpu);
-	if (!tk || tk->armed)
+	struct tick *tk = idle_tick();
+	if (!tk)
 		return 0;
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 	if (BPF_CORE_READ(cur, pid) != 0 && followed_task(cur))
-		arm();
+		arm(tk);
 	return 0;
 }
 
