@@ -1,6 +1,8 @@
 //! Helpers the CLI's test binaries share.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod rdt;
+
 use cachescope_cgroups::sandbox::Sandbox;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,0 +1,140 @@
+//! Resctrl as today's kernels have it, on the RDT machine (tools/rdt-qemu, DESIGN.md tier 3b):
+//! the device's AMD assignable bandwidth counters (`-device rdt,mbm-counters=N`: ABMC, CPUID
+//! 0x80000020 and the L3_QOS_EXT_CFG / L3_QOS_ABMC_CFG MSRs as Linux drives them) and its Intel
+//! sub-NUMA clusters (`-device rdt,snc=N`: RMID sharing mode through MSR 0xCA0), met by the
+//! kernel's own fs/resctrl (Debian unstable's 7.2), a driver we did not write:
+//! - ABMC: the kernel finds the counters (mbm_assign_mode `[mbm_event]`, num_mbm_cntrs), gives
+//!   the default group and the first group two each, and the next group none ("Unassigned",
+//!   while its occupancy still reads); a stream is counted within 5 % by an assigned counter,
+//!   and again after the counter moves to another group; counters come back at rmdir; 6.1,
+//!   which predates assignable counters, counts every group as before on the same device;
+//! - SNC: the kernel detects 2 nodes per L3, halves the RMIDs, and shows mon_sub_L3_YY per
+//!   node; what runs on a node's CPU is held in that node's sub-domain (W ± 10 %), the L3 file
+//!   is the sum, and a stream is counted within 5 %.
+//!
+//! Nothing the kernel says here may be a splat (guest/modern.sh greps dmesg).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::rdt::{boot, fields, machine, num, on_host, Guest};
+use std::collections::HashMap;
+
+const LLC: i64 = 4 << 20;
+const DEVICE: &str = "-device rdt,llc-size=4M,llc-ways=16,rmids=32";
+
+/// A stream's "moved=N ... counter_delta=N" within 5 %.
+fn stream_counted(what: &str, r: &HashMap<String, String>, key: &str) {
+    let s = fields(&r[key]);
+    let moved: f64 = s["moved"].parse().unwrap();
+    let counted: f64 = s["counter_delta"].parse().unwrap();
+    println!("{what}: moved {moved} B, counted {counted} B ({:+.2} %)", 100.0 * (counted - moved) / moved);
+    assert!(moved > 0.0 && (counted - moved).abs() / moved <= 0.05, "{what}: {counted} counted for {moved} moved");
+}
+
+#[test]
+fn assignable_counters_on_the_kernels_resctrl() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("the device's assignable counters: on the RDT machine only");
+        return;
+    }
+    let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE},mbm-counters=4");
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &amd, append: "cs_mode=abmc", kmod: false };
+    let r = boot(&qemu, &work, &g, &dir.path().join("abmc"));
+    assert_eq!(num(&r, "mount"), 0);
+    assert!(r["assign_mode"].starts_with("[mbm_event]"), "mbm_assign_mode: {}", r["assign_mode"]);
+    assert_eq!(r["num_mbm_cntrs"], "0=4;1=4", "the device's counters, per L3");
+    assert_eq!(r["on_mkdir"], "1");
+    // The default group holds two counters (total, local) in each domain from the mount.
+    assert_eq!(r["available_mount"], "0=2;1=2");
+    assert_eq!(r["default_assign"], "mbm_total_bytes:0=e;1=e mbm_local_bytes:0=e;1=e");
+    assert!(r["filter_total"].contains("dirty_victim_writes_all"), "{}", r["filter_total"]);
+    assert_eq!(r["available_a"], "0=0;1=0");
+    assert_eq!(r["a_assign"], "mbm_total_bytes:0=e;1=e mbm_local_bytes:0=e;1=e");
+    // The next group is made, without counters: its bandwidth is "Unassigned", never a number.
+    assert_eq!(num(&r, "mkdir_b"), 0);
+    assert!(r["b_status"].contains("Failed to allocate counter"), "last_cmd_status: {}", r["b_status"]);
+    assert_eq!(r["b_assign"], "mbm_total_bytes:0=_;1=_ mbm_local_bytes:0=_;1=_");
+    assert_eq!(r["b_total"], "Unassigned");
+    assert_eq!(num(&r, "b_occupancy_number"), 1, "occupancy needs no counter");
+    stream_counted("a's assigned counter", &r, "stream_a");
+    // The counter moves from a to b.
+    assert_eq!((num(&r, "unassign_a"), num(&r, "assign_b")), (0, 0));
+    assert_eq!(r["a_assign_after"], "mbm_total_bytes:0=_;1=e mbm_local_bytes:0=e;1=e");
+    assert_eq!(r["b_assign_after"], "mbm_total_bytes:0=e;1=_ mbm_local_bytes:0=_;1=_");
+    assert_eq!(r["a_total_after"], "Unassigned");
+    stream_counted("the counter, now b's", &r, "stream_b");
+    assert_eq!(r["available_end"], "0=2;1=2", "rmdir gives the counters back");
+    assert_eq!(num(&r, "splats"), 0);
+
+    // A kernel without assignable counters (6.1) on the same device: every group counts.
+    let g = Guest { script: "modern.sh", kernel: "", machine: &amd, append: "cs_mode=abmc", kmod: false };
+    let r = boot(&qemu, &work, &g, &dir.path().join("abmc-6.1"));
+    assert_eq!(r["assign_mode"], "none");
+    stream_counted("6.1 on the ABMC device", &r, "stream_s");
+}
+
+#[test]
+fn sub_numa_clusters_on_the_kernels_resctrl() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("the device's sub-NUMA clusters: on the RDT machine only");
+        return;
+    }
+    // Sapphire Rapids' model number (the kernel reads SNC only there and on its kin), two
+    // sockets of two CPUs, one NUMA node per CPU: two nodes per L3.
+    let mut m = String::from("-cpu Skylake-Server,model=143 -smp 4,sockets=2,cores=2");
+    for n in 0..4 {
+        m += &format!(" -object memory-backend-ram,id=m{n},size=256M -numa node,nodeid={n},cpus={n},memdev=m{n}");
+    }
+    m += &format!(" {DEVICE},snc=2");
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc", kmod: false };
+    let r = boot(&qemu, &work, &g, &dir.path().join("snc"));
+    assert_eq!(num(&r, "mount"), 0);
+    assert_eq!(num(&r, "snc_detected"), 2, "the kernel's SNC detection");
+    assert_eq!(num(&r, "num_rmids"), 16, "RMIDs are shared out between the nodes of an L3");
+    assert_eq!(r["domains"], "mon_L3_00,mon_L3_01,");
+    assert_eq!(r["sub_00"], "mon_sub_L3_00,mon_sub_L3_01,");
+    assert_eq!(r["sub_01"], "mon_sub_L3_02,mon_sub_L3_03,");
+    for (g, own, other) in [("n0", "sub0", "sub1"), ("n1", "sub1", "sub0")] {
+        let (mine, theirs, l3) =
+            (num(&r, &format!("{g}_{own}")), num(&r, &format!("{g}_{other}")), num(&r, &format!("{g}_l3")));
+        let err = (mine - LLC / 4) as f64 / (LLC / 4) as f64;
+        println!("{g}: its node {mine} B ({:+.1} % of W), the other node {theirs} B, the L3 {l3} B", 100.0 * err);
+        assert!(err.abs() <= 0.10, "{g}: {mine} B in its own node for a {} B working set", LLC / 4);
+        assert!(theirs <= LLC / 64, "{g}: {theirs} B in the node it never ran on");
+        assert!((l3 - mine - theirs).abs() <= LLC / 64, "{g}: the L3 file {l3} is the nodes' sum {}", mine + theirs);
+    }
+    stream_counted("a stream on node 1, in the L3 file", &r, "stream_s1");
+    assert!(num(&r, "s1_sub1_mbm") > 10 * num(&r, "s1_sub0_mbm").max(1), "the stream's bytes are node 1's");
+    assert_eq!(num(&r, "splats"), 0);
+}
+
+/// What the device cannot model stops QEMU with one line that names it.
+#[test]
+fn the_device_refuses_what_it_cannot_model() {
+    let Some((qemu, _dir, _work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("the device's properties: on the RDT machine only");
+        return;
+    }
+    for (args, says) in [
+        ("-cpu Skylake-Server -device rdt,mbm-counters=4", "mbm-counters (assignable counters, ABMC) needs an AMD -cpu"),
+        ("-cpu EPYC-Rome -device rdt,mbm-counters=33", "mbm-counters 33 is not in 0..32"),
+        ("-cpu EPYC-Rome -device rdt,snc=2", "snc (sub-NUMA clustering) needs an Intel -cpu"),
+        ("-cpu Skylake-Server -smp 2 -device rdt,snc=2", "snc=2 needs NUMA nodes"),
+        ("-cpu Skylake-Server -device rdt,snc=5", "snc 5 is not in 1..6 or does not divide rmids"),
+    ] {
+        let out = std::process::Command::new(&qemu)
+            .args(["-accel", "tcg", "-nographic", "-nodefaults", "-monitor", "none", "-S"])
+            .args(args.split_whitespace())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // TCG's warnings about the CPU model's features aside, one line.
+        let said: Vec<&str> = err.lines().filter(|l| !l.contains("warning: TCG doesn't support")).collect();
+        assert!(!out.status.success(), "{args}: QEMU started");
+        assert!(said.len() == 1 && said[0].contains(says), "{args}: {err}");
+    }
+}
