@@ -63,6 +63,11 @@ pub fn rotate_every(s: &str) -> Result<Duration, String> {
     within(s, Duration::from_secs(1), Duration::from_secs(7 * 86400), "from 1s to 168h")
 }
 
+/// `--mbm-rotate`: 100ms to 1h (a turn shorter than two resctrl intervals measures nothing).
+pub fn mbm_rotate(s: &str) -> Result<Duration, String> {
+    within(s, Duration::from_millis(100), Duration::from_secs(3600), "from 100ms to 1h")
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

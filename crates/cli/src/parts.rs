@@ -16,16 +16,17 @@ use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
 use cachescope_engine::pmu::PmuSource;
-use cachescope_engine::{CacheBackend, ContainerSource, Parts, RunError, Sink, TickerError};
+use cachescope_engine::{CacheBackend, ContainerMeta, ContainerSource, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
-use cachescope_resctrl::{ContainerGroups, Resctrl};
+use cachescope_resctrl::{ContainerGroups, CounterPolicy, Resctrl};
 use cachescope_rmid::Config;
 use cachescope_sinks::parquet::Provenance;
 use cachescope_sinks::{RecordOptions, RecordSink, ServeSink};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -96,6 +97,14 @@ pub struct Common {
     /// Peak memory bandwidth per L3 domain, GB/s: sets the longest safe MBM interval.
     #[arg(long, default_value_t = 500.0)]
     peak_bandwidth_gbps: f64,
+    /// Where bandwidth needs an assigned counter (resctrl's mbm_event mode, AMD): how long each
+    /// turn of the counters that rotate through containers lasts, 100ms to 1h.
+    #[arg(long, default_value = "2s", value_parser = duration::mbm_rotate)]
+    mbm_rotate: Duration,
+    /// Containers that keep an assignable counter whenever there are enough: globs over
+    /// container names, ids or cgroup paths.
+    #[arg(long, value_name = "GLOB", num_args = 1..)]
+    mbm_pin: Vec<String>,
 }
 
 /// What the terminal shows (`monitor`).
@@ -179,6 +188,19 @@ impl Common {
             .filter(|g| *g != "auto")
             .map(|g| Glob::under(g, &h.root).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
             .collect()
+    }
+
+    /// Who keeps an assignable MBM counter, and the rotation's turn (`--mbm-pin`, `--mbm-rotate`).
+    fn counter_policy(&self) -> Result<CounterPolicy, CliError> {
+        let pins = self
+            .mbm_pin
+            .iter()
+            .map(|g| Glob::new(g).map_err(|e| CliError::input(format!("--mbm-pin {g:?}: {e}"))))
+            .collect::<Result<Vec<Glob>, CliError>>()?;
+        let pinned = move |m: &ContainerMeta| {
+            pins.iter().any(|g| m.name().is_some_and(|n| g.matches(n)) || g.matches(&m.id) || g.matches(&m.cgroup_path))
+        };
+        Ok(CounterPolicy { rotate_every: self.mbm_rotate, pinned: Box::new(pinned) })
     }
 
     fn msr_interval(&self) -> Duration {
@@ -613,8 +635,19 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
     let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), CpuInfo::summary);
     let i = info("resctrl".into(), cpuid, None, l3_bytes);
-    let groups = ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?;
-    let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
+    // Checked before the backend turns the kernel's mbm_assign_on_mkdir off.
+    let policy = args.counter_policy()?;
+    let groups =
+        ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?.with_counter_policy(policy);
+    // With Sub-NUMA Clustering the rows' domains are nodes: the PMU columns follow them.
+    let snc = groups.domains().iter().any(|d| !d.sub.is_empty());
+    let node = |c: u32| cachescope_platform::topology::numa_node_of(Path::new("/sys"), c);
+    let nodes: HashMap<u32, u32> =
+        if snc { topo.cpus.iter().filter_map(|c| Some((c.cpu, node(c.cpu)?))).collect() } else { HashMap::new() };
+    let (pmu, desc) = host_pmu(args, &topo, |c| match nodes.get(&c) {
+        Some(&n) => n,
+        None => topo.domain_of(c).map_or(0, |d| d.id),
+    })?;
     Ok(Built {
         backend: Box::new(groups),
         containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),

@@ -351,6 +351,7 @@ mod tests {
             pmu: Default::default(),
             cpu_ns: None,
             status: cachescope_engine::Status::Ok,
+            mbm_counter: None,
         };
         let mut acc = Accumulator::default();
         let label = |acc: &mut Accumulator| acc.take(Duration::from_secs(1), &[])[0].label.clone();

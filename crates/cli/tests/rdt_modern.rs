@@ -82,13 +82,7 @@ fn sub_numa_clusters_on_the_kernels_resctrl() {
         cachescope_testkit::skip("the device's sub-NUMA clusters: on the RDT machine only");
         return;
     }
-    // Sapphire Rapids' model number (the kernel reads SNC only there and on its kin), two
-    // sockets of two CPUs, one NUMA node per CPU: two nodes per L3.
-    let mut m = String::from("-cpu Skylake-Server,model=143 -smp 4,sockets=2,cores=2");
-    for n in 0..4 {
-        m += &format!(" -object memory-backend-ram,id=m{n},size=256M -numa node,nodeid={n},cpus={n},memdev=m{n}");
-    }
-    m += &format!(" {DEVICE},snc=2");
+    let m = snc_machine();
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc", kmod: false };
     let r = boot(&qemu, &work, &g, &dir.path().join("snc"));
     assert_eq!(num(&r, "mount"), 0);
@@ -120,7 +114,10 @@ fn the_device_refuses_what_it_cannot_model() {
         return;
     }
     for (args, says) in [
-        ("-cpu Skylake-Server -device rdt,mbm-counters=4", "mbm-counters (assignable counters, ABMC) needs an AMD -cpu"),
+        (
+            "-cpu Skylake-Server -device rdt,mbm-counters=4",
+            "mbm-counters (assignable counters, ABMC) needs an AMD -cpu",
+        ),
         ("-cpu EPYC-Rome -device rdt,mbm-counters=33", "mbm-counters 33 is not in 0..32"),
         ("-cpu EPYC-Rome -device rdt,snc=2", "snc (sub-NUMA clustering) needs an Intel -cpu"),
         ("-cpu Skylake-Server -smp 2 -device rdt,snc=2", "snc=2 needs NUMA nodes"),
@@ -136,5 +133,182 @@ fn the_device_refuses_what_it_cannot_model() {
         let said: Vec<&str> = err.lines().filter(|l| !l.contains("warning: TCG doesn't support")).collect();
         assert!(!out.status.success(), "{args}: QEMU started");
         assert!(said.len() == 1 && said[0].contains(says), "{args}: {err}");
+    }
+}
+
+/// cachescope's resctrl backend owning the kernel's assignable counters: 100 containers on 32
+/// counters per L3 (the default group keeps 2), one pinned. Every container gets bandwidth
+/// figures within the run (turns of 3 s: each rotating container is measured one turn in 6,
+/// docs/counters.md; 40 s), the pinned one continuously and within 10 %
+/// of what its stream moved; rows without a counter are `unassigned` with no bandwidth, never
+/// 0; mbm_assign_on_mkdir is off while cachescope runs and back on after, with every counter
+/// returned.
+#[test]
+fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("the device's assignable counters: on the RDT machine only");
+        return;
+    }
+    let amd = "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M,llc-ways=16,rmids=128,mbm-counters=32";
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: amd, append: "cs_mode=assign", kmod: false };
+    let out = dir.path().join("assign");
+    let r = boot(&qemu, &work, &g, &out);
+    assert_eq!(num(&r, "monitor_exit"), 0, "{}", r.get("ref").map_or("", String::as_str));
+    assert_eq!((r["on_mkdir_before"].as_str(), r["on_mkdir_during"].as_str()), ("1", "0"));
+    assert_eq!(r["on_mkdir_after"], "1", "put back at exit");
+    assert_eq!(r["available_after"], r["available_before"], "every counter returned");
+    assert_eq!(num(&r, "groups_left"), 0);
+    assert_eq!(num(&r, "splats"), 0);
+
+    let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut measured: HashMap<String, usize> = HashMap::new();
+    let (mut unassigned, mut rotating) = (0, 0);
+    for row in &rows {
+        let cg = row["cgroup_path"].as_str().unwrap_or_default().to_string();
+        let mbm = &row["mbm_total_bytes"];
+        match row["status"].as_str() {
+            Some("unassigned") => {
+                unassigned += 1;
+                assert!(mbm.is_null() && row["mbm_counter"].is_null(), "an unassigned row: {row}");
+                assert!(row["llc_occupancy_bytes"].is_u64(), "occupancy needs no counter: {row}");
+            }
+            Some("ok") if !mbm.is_null() => {
+                *measured.entry(cg).or_default() += 1;
+                rotating += usize::from(row["mbm_counter"] == "rotating");
+                assert!(row["mbm_counter"].is_string(), "a measured row says how: {row}");
+            }
+            _ => {}
+        }
+    }
+    println!(
+        "{} rows: {unassigned} unassigned, {rotating} measured by a rotating counter; {} of 100 containers measured",
+        rows.len(),
+        measured.len()
+    );
+    assert_eq!(measured.len(), 100, "every container has bandwidth figures");
+    assert!(unassigned > 0 && rotating > 0);
+
+    // The pinned stream: a counter kept throughout, its bytes over its window within 10 %.
+    let s = fields(&r["stream_pin"]);
+    let (moved, t0, t1): (f64, i64, i64) =
+        (s["moved"].parse().unwrap(), s["start_ns"].parse().unwrap(), s["end_ns"].parse().unwrap());
+    let pin: Vec<&serde_json::Value> =
+        rows.iter().filter(|r| r["cgroup_path"] == "ctr/pin" && r["domain"] == 0).collect();
+    let inside: Vec<&&serde_json::Value> = pin
+        .iter()
+        .filter(|r| {
+            let end = r["time_ns"].as_i64().unwrap();
+            end - r["interval_ns"].as_i64().unwrap() >= t0 && end <= t1
+        })
+        .collect();
+    assert!(inside.len() >= 5, "the pinned container's rows in its stream's window: {}", inside.len());
+    for row in &inside {
+        assert_eq!(row["mbm_counter"], "kept", "the pinned container keeps its counter: {row}");
+        assert!(row["mbm_total_bytes"].is_u64(), "continuous: {row}");
+    }
+    let bytes: f64 = inside.iter().map(|r| r["mbm_total_bytes"].as_f64().unwrap()).sum();
+    let ns: f64 = inside.iter().map(|r| r["interval_ns"].as_f64().unwrap()).sum();
+    let (rate, want) = (bytes / ns * 1e9, moved / ((t1 - t0) as f64 / 1e9));
+    println!("pinned stream: {rate:.0} B/s counted, {want:.0} B/s moved ({:+.1} %)", 100.0 * (rate - want) / want);
+    assert!((rate - want).abs() / want <= 0.10, "pinned: {rate} B/s for {want}");
+}
+
+/// The SNC machine: Sapphire Rapids' model number (the kernel reads SNC only there and on its
+/// kin), two sockets of two CPUs, one NUMA node per CPU: two nodes per L3.
+fn snc_machine() -> String {
+    let mut m = String::from("-cpu Skylake-Server,model=143 -smp 4,sockets=2,cores=2");
+    for n in 0..4 {
+        m += &format!(" -object memory-backend-ram,id=m{n},size=256M -numa node,nodeid={n},cpus={n},memdev=m{n}");
+    }
+    m + &format!(" {DEVICE},snc=2")
+}
+
+/// cachescope's resctrl backend with Sub-NUMA Clustering: every node is a domain of the rows
+/// (its mon_sub_L3_YY); a container on node 0's CPU holds its working set in domain 0 and none
+/// in node 1's, and the other way round; a container's nodes add up to the kernel's L3 file of
+/// its group; `cachescope info` says SNC is on with 2 nodes per L3.
+#[test]
+fn cachescope_reads_each_sub_numa_node_as_a_domain() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("the device's sub-NUMA clusters: on the RDT machine only");
+        return;
+    }
+    let m = snc_machine();
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc_backend", kmod: false };
+    let out = dir.path().join("snc-backend");
+    let r = boot(&qemu, &work, &g, &out);
+    assert_eq!(num(&r, "monitor_exit"), 0);
+    assert_eq!(r["info_snc"], "SNC on: 2 nodes per L3");
+    assert_eq!(num(&r, "splats"), 0);
+    let settled = num(&r, "settled") * 1_000_000_000;
+    let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let domains: std::collections::BTreeSet<i64> = rows.iter().filter_map(|r| r["domain"].as_i64()).collect();
+    assert_eq!(domains.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3], "a domain per node");
+    // The last occupancy each container's rows show per domain, once settled.
+    let last = |cg: &str, d: i64| -> i64 {
+        rows.iter()
+            .filter(|x| x["cgroup_path"] == cg && x["domain"] == d && x["time_ns"].as_i64().unwrap() >= settled)
+            .filter_map(|x| x["llc_occupancy_bytes"].as_i64())
+            .next_back()
+            .unwrap_or_else(|| panic!("no settled occupancy for {cg} in domain {d}"))
+    };
+    for (n, own, other) in [("n0", 0, 1), ("n1", 1, 0)] {
+        let cg = format!("ctr/{n}");
+        let (mine, theirs) = (last(&cg, own), last(&cg, other));
+        let err = (mine - LLC / 4) as f64 / (LLC / 4) as f64;
+        let ref_l3 = num(&r, &format!("{n}_ref_l3"));
+        println!(
+            "{n}: node {own} {mine} B ({:+.1} % of W), node {other} {theirs} B; the kernel's L3 file {ref_l3} B",
+            100.0 * err
+        );
+        assert!(err.abs() <= 0.10, "{n}: {mine} B in its node for {} B", LLC / 4);
+        assert!(theirs <= LLC / 64, "{n}: {theirs} B in the node it never ran on");
+        assert!(((mine + theirs) - ref_l3).abs() <= LLC / 50, "{n}: nodes {mine} + {theirs} against the L3's {ref_l3}");
+        assert_eq!((last(&cg, 2), last(&cg, 3)), (0, 0), "{n}: nothing in the other L3's nodes");
+    }
+}
+
+/// Sharing resctrl with other owners, on 7.2 and 6.1: a container whose first process the
+/// runtime put in a MON group of its own (as runc's enableMonitoring and NRI plugins do) is
+/// read from that group (W ± 10 %, within 2 % of the group's own file), whose task and
+/// directory stay as found; a crashed run's orphan group is removed at start; `cachescope
+/// info` lists the other owner's group; nothing of cachescope's is left.
+#[test]
+fn cachescope_reads_other_owners_groups_and_removes_its_orphans() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("groups made in the guest: on the RDT machine only");
+        return;
+    }
+    let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE}");
+    for kernel in ["unstable", ""] {
+        let g = Guest { script: "modern.sh", kernel, machine: &amd, append: "cs_mode=share", kmod: false };
+        let out = dir.path().join(format!("share-{kernel}"));
+        let r = boot(&qemu, &work, &g, &out);
+        println!("/proc/PID/resctrl: {}", r["proc_resctrl"]);
+        assert_eq!(num(&r, "monitor_exit"), 0);
+        assert!(r["info_others"].contains("mon_groups/runc-owned"), "info: {}", r["info_others"]);
+        assert_eq!(num(&r, "orphan_gone"), 1, "a crashed run's group is removed at start");
+        assert_eq!((num(&r, "runc_group_kept"), num(&r, "runc_task_kept")), (1, 1), "the owner's group as found");
+        assert_eq!(num(&r, "ours_left"), 0);
+        let settled = num(&r, "settled") * 1_000_000_000;
+        let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
+        let occ: Vec<i64> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|x| {
+                x["cgroup_path"] == "ctr/owned" && x["domain"] == 0 && x["time_ns"].as_i64().unwrap() >= settled
+            })
+            .filter_map(|x| x["llc_occupancy_bytes"].as_i64())
+            .collect();
+        let got = *occ.last().expect("settled rows of the owned container");
+        let reference = num(&r, "ref_owned");
+        println!("{kernel:?}: the owned container reads {got} B; its owner's group {reference} B; W {}", LLC / 4);
+        assert!(((got - LLC / 4) as f64 / (LLC / 4) as f64).abs() <= 0.10, "{got} B for {} B", LLC / 4);
+        assert!((got - reference).abs() <= LLC / 50, "{got} B against the group's own {reference} B");
     }
 }

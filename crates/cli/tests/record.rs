@@ -122,7 +122,7 @@ fn recorded_scenario_matches_known_answers() {
     let files = parquet_files(&out_dir);
     assert!(!files.is_empty());
     let (batches, md) = read(&files);
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("3"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("4"));
     assert!(md.get("cachescope.backend").unwrap().contains("emulated"));
     // Every row says it is emulated too (schema 3).
     for b in &batches {

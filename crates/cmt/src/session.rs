@@ -226,6 +226,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
                     occupancy_bytes,
                     mbm_total: self.counter(d, a.rmid, Event::MbmTotal, a.generation)?,
                     mbm_local: self.counter(d, a.rmid, Event::MbmLocal, a.generation)?,
+                    mbm_counter: None,
                 });
             }
         }

@@ -12,7 +12,7 @@ use cachescope_platform::mountinfo::{self, CgroupLayout, Mount};
 use cachescope_platform::msr::map_open_error;
 use serde::Serialize;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use syscalls::{LiveProbe, SyscallProbe};
 
@@ -164,13 +164,91 @@ pub fn resctrl(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo) -> BackendSta
         let active = mode.lines().find(|l| l.starts_with('[')).unwrap_or(&mode).trim().to_string();
         reason.push_str(&format!("; mbm_assign_mode {active}"));
         if let Some(n) = read("num_mbm_cntrs") {
-            reason.push_str(&format!(" ({} counters)", n.replace('\n', " ")));
+            reason.push_str(&format!(" ({} counters", n.replace('\n', " ")));
+            if let Some(free) = read("available_mbm_cntrs") {
+                reason.push_str(&format!(", {} free", free.replace('\n', " ")));
+            }
+            reason.push(')');
         }
+        if active == "[mbm_event]" {
+            reason.push_str("; cachescope assigns the counters itself (docs/counters.md)");
+        }
+    }
+    // Groups others made (runc, NRI plugins, pqos, people): each holds an RMID.
+    let (theirs, ours) = other_groups(&mount.mount_point);
+    if !theirs.is_empty() {
+        let shown: Vec<&str> = theirs.iter().take(5).map(String::as_str).collect();
+        let more = if theirs.len() > 5 { format!(" and {} more", theirs.len() - 5) } else { String::new() };
+        reason.push_str(&format!("; other owners' groups hold {} RMIDs: {}{more}", theirs.len(), shown.join(", ")));
+    }
+    if ours > 0 {
+        reason.push_str(&format!(
+            "; {ours} groups of cachescope's (a running or crashed run: the next removes its orphans)"
+        ));
+    }
+    // Sub-NUMA Clustering (Linux 6.11+): each L3 domain shows one mon_sub_L3_YY per node.
+    if let Some(nodes) = snc_nodes_per_l3(&mount.mount_point.join("mon_data")) {
+        reason.push_str(&format!("; SNC on: {nodes} nodes per L3 (each node is a domain of the rows)"));
     }
     if features.is_empty() {
         return BackendStatus::no(N, Role::CacheMonitoring, reason);
     }
     BackendStatus::yes(N, Role::CacheMonitoring, reason)
+}
+
+/// The groups under a resctrl mount that hold an RMID besides the default group: CTRL_MON
+/// groups (`NAME`) and MON groups (`[CTRL/]mon_groups/NAME`) others made, and how many MON
+/// groups are cachescope's (named `cachescope-...`).
+fn other_groups(root: &Path) -> (Vec<String>, usize) {
+    let dirs = |p: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter(|e| e.path().is_dir())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let (mut theirs, mut ours) = (Vec::new(), 0);
+    let mut ctrls = vec![String::new()];
+    for n in dirs(root) {
+        if !matches!(n.as_str(), "info" | "mon_groups" | "mon_data") && root.join(&n).join("mon_groups").is_dir() {
+            theirs.push(n.clone());
+            ctrls.push(n);
+        }
+    }
+    for ctrl in ctrls {
+        let base = if ctrl.is_empty() { root.to_path_buf() } else { root.join(&ctrl) };
+        for m in dirs(&base.join("mon_groups")) {
+            if m.starts_with("cachescope-") {
+                ours += 1;
+            } else if ctrl.is_empty() {
+                theirs.push(format!("mon_groups/{m}"));
+            } else {
+                theirs.push(format!("{ctrl}/mon_groups/{m}"));
+            }
+        }
+    }
+    (theirs, ours)
+}
+
+/// Nodes per L3 where the first L3 domain of `mon_data` has `mon_sub_L3_YY` entries (SNC).
+fn snc_nodes_per_l3(mon_data: &Path) -> Option<usize> {
+    let first = std::fs::read_dir(mon_data)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("mon_L3_")));
+    let first = first.min()?;
+    let subs = std::fs::read_dir(first)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("mon_sub_L3_")))
+        .count();
+    (subs > 0).then_some(subs)
 }
 
 /// msr: core-pinned RMIDs through `/dev/cpu/N/msr`.

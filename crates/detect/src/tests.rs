@@ -87,6 +87,13 @@ fn resctrl_mounted_wins_and_blocks_msr() {
     std::fs::write(mnt.join("info/L3_MON/num_rmids"), "224\n").unwrap();
     std::fs::write(mnt.join("info/L3_MON/mbm_assign_mode"), "[mbm_event]\ndefault\n").unwrap();
     std::fs::write(mnt.join("info/L3_MON/num_mbm_cntrs"), "0=32;1=32\n").unwrap();
+    std::fs::write(mnt.join("info/L3_MON/available_mbm_cntrs"), "0=30;1=29\n").unwrap();
+    for sub in ["mon_L3_00/mon_sub_L3_00", "mon_L3_00/mon_sub_L3_01", "mon_L3_01/mon_sub_L3_02"] {
+        std::fs::create_dir_all(mnt.join("mon_data").join(sub)).unwrap();
+    }
+    for g in ["mon_groups/runc-abc", "mon_groups/cachescope-x", "gold/mon_groups/nri-1"] {
+        std::fs::create_dir_all(mnt.join(g)).unwrap();
+    }
     let mi = format!("{HYBRID}60 23 0:50 / {} rw - resctrl resctrl rw\n", mnt.display());
     let paths = host(dir.path(), "nodev\tresctrl\n", &mi);
     std::fs::create_dir_all(paths.sys_root.join("kernel/btf")).unwrap();
@@ -95,7 +102,15 @@ fn resctrl_mounted_wins_and_blocks_msr() {
     let r = d.get("resctrl").unwrap();
     assert!(r.available, "{}", r.reason);
     assert!(r.reason.contains("224 RMIDs") && r.reason.contains("mbm_local_bytes"), "{}", r.reason);
-    assert!(r.reason.contains("mbm_assign_mode [mbm_event] (0=32;1=32 counters)"), "{}", r.reason);
+    assert!(r.reason.contains("mbm_assign_mode [mbm_event] (0=32;1=32 counters, 0=30;1=29 free)"), "{}", r.reason);
+    assert!(r.reason.contains("cachescope assigns the counters itself"), "{}", r.reason);
+    assert!(r.reason.contains("SNC on: 2 nodes per L3"), "{}", r.reason);
+    assert!(
+        r.reason.contains("other owners' groups hold 3 RMIDs: gold, mon_groups/runc-abc, gold/mon_groups/nri-1"),
+        "{}",
+        r.reason
+    );
+    assert!(r.reason.contains("1 groups of cachescope's"), "{}", r.reason);
     let m = d.get("msr").unwrap();
     assert!(!m.available && m.reason.contains("owns IA32_PQR_ASSOC"), "{}", m.reason);
     assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "resctrl");

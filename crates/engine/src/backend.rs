@@ -3,7 +3,7 @@
 //! Deltas are not its business: [`crate::derive`] makes them, once, for every backend.
 
 use crate::containers::{Container, ContainerSource};
-use crate::row::{ContainerMeta, Status};
+use crate::row::{ContainerMeta, MbmCounter, Status};
 use crate::slots::WaitReason;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::Cumulative;
@@ -67,6 +67,8 @@ pub struct RawSample {
     /// the counter's identity does (a re-created group, a re-assigned RMID).
     pub mbm_total: Option<Cumulative>,
     pub mbm_local: Option<Cumulative>,
+    /// Where bandwidth needs an assigned counter: how this sample's was counted.
+    pub mbm_counter: Option<MbmCounter>,
 }
 
 impl RawSample {
@@ -81,6 +83,7 @@ impl RawSample {
             occupancy_bytes: None,
             mbm_total: None,
             mbm_local: None,
+            mbm_counter: None,
         }
     }
 }

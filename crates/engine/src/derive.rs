@@ -100,6 +100,7 @@ impl Derive {
             pmu: Pmu::default(),
             cpu_ns: None,
             status: s.status,
+            mbm_counter: s.mbm_counter,
         }
     }
 
@@ -132,6 +133,7 @@ mod tests {
             at: Duration::from_millis(at_ms),
             rmid: Some(1),
             status: Status::Ok,
+            mbm_counter: None,
             occupancy_bytes: Some(0),
             mbm_total: Some(Cumulative { generation, value: total }),
             mbm_local: None,

@@ -28,7 +28,7 @@ pub mod world;
 
 pub use backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 pub use containers::{Change, Container, ContainerSource};
-pub use row::{ContainerMeta, Pmu, Row, RuntimeCell, RuntimeMeta, Status};
+pub use row::{ContainerMeta, MbmCounter, Pmu, Row, RuntimeCell, RuntimeMeta, Status};
 pub use run::{run, Options, Parts, RunError, Summary};
 pub use sched::{Lateness, Tick, Ticker, TickerError, MAX_INTERVAL, MIN_INTERVAL};
 pub use sink::{Flow, RunStatus, Sink};

@@ -175,6 +175,29 @@ impl Status {
     }
 }
 
+/// How a row's bandwidth was counted where the kernel counts it only through assignable
+/// counters (AMD ABMC, resctrl's `mbm_event` mode); None elsewhere (every RMID counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MbmCounter {
+    /// A counter the container keeps from turn to turn: continuous bandwidth.
+    Kept,
+    /// One of the counters rotating through containers: bandwidth for this turn only.
+    Rotating,
+}
+
+impl MbmCounter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MbmCounter::Kept => "kept",
+            MbmCounter::Rotating => "rotating",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MbmCounter> {
+        [MbmCounter::Kept, MbmCounter::Rotating].into_iter().find(|x| x.as_str() == s)
+    }
+}
+
 /// PMU counts of one container over one interval; `None` where the event is not counted here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pmu {
@@ -232,6 +255,8 @@ pub struct Row {
     /// CPU time the container used during the interval on this domain's CPUs, ns.
     pub cpu_ns: Option<u64>,
     pub status: Status,
+    /// Where bandwidth needs an assigned counter: whether this row's was kept or rotating.
+    pub mbm_counter: Option<MbmCounter>,
 }
 
 /// How many per-interval counters a row has ([`Row::counters`]).

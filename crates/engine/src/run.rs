@@ -229,6 +229,7 @@ impl State {
                         pmu: Default::default(),
                         cpu_ns: None,
                         status: Status::NoRmid,
+                        mbm_counter: None,
                     },
                 );
             }

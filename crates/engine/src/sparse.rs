@@ -187,6 +187,7 @@ impl Sparse {
                 pmu: Pmu::default(),
                 cpu_ns: None,
                 status: crate::row::Status::Stopped,
+                mbm_counter: None,
             })
             .collect()
     }
@@ -210,6 +211,7 @@ mod tests {
             pmu: Pmu::default(),
             cpu_ns: None,
             status,
+            mbm_counter: None,
         }
     }
 

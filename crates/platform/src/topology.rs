@@ -114,6 +114,17 @@ impl Topology {
     }
 }
 
+/// The NUMA node of `cpu` (its `nodeN` link under `<sys_root>/devices/system/cpu/cpuC`), None
+/// where sysfs shows none (no NUMA).
+pub fn numa_node_of(sys_root: &Path, cpu: u32) -> Option<u32> {
+    let dir = sys_root.join(format!("devices/system/cpu/cpu{cpu}"));
+    std::fs::read_dir(dir).ok()?.filter_map(Result::ok).find_map(|e| {
+        let name = e.file_name();
+        let n = name.to_str()?.strip_prefix("node")?;
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok()).flatten()
+    })
+}
+
 fn parse_package(s: &str, path: &Path) -> Result<Option<u32>, TopologyError> {
     let v: i64 =
         s.parse().map_err(|_| TopologyError::Invalid { path: path.into(), why: format!("{s:?} is not a number") })?;

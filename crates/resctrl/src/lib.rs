@@ -9,10 +9,11 @@
 //! without our prefix are never modified or removed; changes to groups happen under `flock`
 //! on the mount ([`Resctrl::lock`]); kernel refusals (ENOSPC, EBUSY, ESRCH) are values.
 
+pub mod counters;
 pub mod session;
 mod value;
 
-pub use session::{ContainerGroups, SessionStats};
+pub use session::{ContainerGroups, CounterPolicy, SessionStats};
 pub use value::Value;
 
 use cachescope_hw::msr::Event;
@@ -52,6 +53,9 @@ pub enum ResctrlError {
     Mkdir { path: PathBuf, error: io::Error, status: String },
     #[error("group {0} was not created by cachescope; refusing to touch it")]
     NotOurs(String),
+    /// An assignment was refused because no counter is free in a domain.
+    #[error("no assignable counter free: {path} (last_cmd_status: {status})")]
+    NoCounter { path: PathBuf, status: String },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ResctrlError + '_ {
@@ -92,6 +96,22 @@ pub struct AssignInfo {
     pub modes: Vec<String>,
     /// `num_mbm_cntrs` per domain id (a bare number applies to every domain: id None).
     pub counters: Vec<(Option<u32>, u32)>,
+    /// `available_mbm_cntrs`, the same way: the counters no group holds.
+    pub available: Vec<(Option<u32>, u32)>,
+    /// `mbm_assign_on_mkdir`: whether a new group gets counters (None: no such file).
+    pub on_mkdir: Option<bool>,
+}
+
+impl AssignInfo {
+    /// Whether the kernel counts bandwidth only where a counter is assigned.
+    pub fn active(&self) -> bool {
+        self.mode == "mbm_event"
+    }
+
+    /// Counters of `domain` in `list` (`counters` or `available`).
+    pub fn of(list: &[(Option<u32>, u32)], domain: u32) -> u32 {
+        list.iter().find(|(d, _)| d.is_none_or(|d| d == domain)).map_or(0, |(_, n)| *n)
+    }
 }
 
 /// An L3 monitoring domain: `mon_data/mon_L3_XX`, with SNC sub-domains `mon_sub_L3_YY`.
@@ -254,14 +274,49 @@ impl Resctrl {
                     }
                     modes.push(m.to_string());
                 }
-                let counters = match self.read("info/L3_MON/num_mbm_cntrs")? {
-                    Some(t) => parse_counters(&dir.join("num_mbm_cntrs"), &t)?,
-                    None => Vec::new(),
+                let counters = self.counters_file("num_mbm_cntrs")?;
+                let available = self.counters_file("available_mbm_cntrs")?;
+                let on_mkdir = match self.read("info/L3_MON/mbm_assign_on_mkdir")? {
+                    Some(t) => Some(parse_u64(&dir.join("mbm_assign_on_mkdir"), &t)? != 0),
+                    None => None,
                 };
-                Some(AssignInfo { mode, modes, counters })
+                Some(AssignInfo { mode, modes, counters, available, on_mkdir })
             }
         };
         Ok(MonInfo { num_rmids, features, max_threshold_occupancy, assign })
+    }
+
+    /// `info/L3_MON/<name>` as counters per domain (empty where the file is absent).
+    pub fn counters_file(&self, name: &str) -> Result<Vec<(Option<u32>, u32)>, ResctrlError> {
+        match self.read(&format!("info/L3_MON/{name}"))? {
+            Some(t) => parse_counters(&self.root.join("info/L3_MON").join(name), &t),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Write `mbm_assign_on_mkdir` (whether new groups get counters; `mbm_event` mode only).
+    pub fn set_assign_on_mkdir(&self, on: bool) -> Result<(), ResctrlError> {
+        let p = self.root.join("info/L3_MON/mbm_assign_on_mkdir");
+        std::fs::write(&p, if on { "1\n" } else { "0\n" }).map_err(io_err(&p))
+    }
+
+    /// Assign (`on`) or release a counter for `event` (its resctrl file name) of group `g` in
+    /// each of `domains`, in one write to its `mbm_L3_assignments`. A domain without a free
+    /// counter refuses the write ([`ResctrlError::NoCounter`]); the kernel may have applied
+    /// the domains before it.
+    pub fn assign(&self, g: &GroupRef, event: &str, domains: &[u32], on: bool) -> Result<(), ResctrlError> {
+        let p = self.group_dir(g).join("mbm_L3_assignments");
+        let state = if on { 'e' } else { '_' };
+        let list: Vec<String> = domains.iter().map(|d| format!("{d}={state}")).collect();
+        let text = format!("{event}:{}\n", list.join(";"));
+        let mut f = OpenOptions::new().write(true).open(&p).map_err(io_err(&p))?;
+        match f.write_all(text.as_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                Err(ResctrlError::NoCounter { path: p, status: self.last_cmd_status() })
+            }
+            Err(e) => Err(ResctrlError::Io { path: p, error: e }),
+        }
     }
 
     /// The L3 monitoring domains, from the default group's `mon_data` (ids may have gaps).
@@ -314,6 +369,25 @@ impl Resctrl {
             }
         }
         Ok(out)
+    }
+
+    /// The CTRL_MON group ("" = default) and MON group (None: none) whose `tasks` list `tid`,
+    /// found by reading them: where /proc/PID/resctrl does not exist. Our own MON groups are
+    /// not looked at (a thread found in one is ours already).
+    pub fn group_of_task(&self, tid: u32) -> (String, Option<String>) {
+        let has = |g: &GroupRef| self.group_tasks(g).is_ok_and(|t| t.contains(&tid));
+        let Ok(ctrls) = self.ctrl_groups() else { return (String::new(), None) };
+        let ctrl = ctrls
+            .iter()
+            .find(|c| !c.is_empty() && has(&GroupRef { ctrl: (*c).clone(), name: String::new() }))
+            .cloned()
+            .unwrap_or_default();
+        let dir = self.group_dir(&GroupRef { ctrl: ctrl.clone(), name: String::new() }).join("mon_groups");
+        let mon = dir_names(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|name| id_of_group(name).is_none() && has(&GroupRef { ctrl: ctrl.clone(), name: name.clone() }));
+        (ctrl, mon)
     }
 
     /// Our groups (left over from an earlier run, or live), with their container ids.
@@ -404,15 +478,25 @@ impl Resctrl {
         Ok(text.split_whitespace().filter_map(|t| t.parse().ok()).collect())
     }
 
-    /// Open a group's counter files for repeated reads.
+    /// Open a group's counter files for repeated reads: one per L3 domain and event, or, with
+    /// Sub-NUMA Clustering, one per node (`mon_sub_L3_YY`, domain = the node's id) and event.
     pub fn reader(&self, g: &GroupRef, domains: &[Domain], events: &[Event]) -> Result<GroupReader, ResctrlError> {
         let base = self.group_dir(g).join("mon_data");
         let mut slots = Vec::new();
         for d in domains {
-            for &e in events {
-                let p = base.join(format!("mon_L3_{:02}", d.id)).join(e.name());
-                let file = File::open(&p).map_err(io_err(&p))?;
-                slots.push(Slot { domain: d.id, event: e, file });
+            let dir = base.join(format!("mon_L3_{:02}", d.id));
+            // With SNC each node is a domain of its own (the L3 file is their sum).
+            let parts: Vec<(u32, PathBuf)> = if d.sub.is_empty() {
+                vec![(d.id, dir)]
+            } else {
+                d.sub.iter().map(|&n| (n, dir.join(format!("mon_sub_L3_{n:02}")))).collect()
+            };
+            for (domain, dir) in parts {
+                for &e in events {
+                    let p = dir.join(e.name());
+                    let file = File::open(&p).map_err(io_err(&p))?;
+                    slots.push(Slot { domain, event: e, file });
+                }
             }
         }
         Ok(GroupReader { slots, buf: [0; 32] })
@@ -524,6 +608,15 @@ pub fn ctrl_group_of(proc_root: &Path, tid: u32) -> Option<String> {
     let t = std::fs::read_to_string(proc_root.join(tid.to_string()).join("resctrl")).ok()?;
     let res = t.lines().find_map(|l| l.strip_prefix("res:"))?.trim().trim_matches('/');
     (!res.is_empty() && !res.contains('/') && res != "..").then(|| res.to_string())
+}
+
+/// The MON group a thread is in, from `/proc/<tid>/resctrl` (its `mon:NAME` line); None when
+/// the file is absent or the thread is in no MON group (only its CTRL_MON group's).
+pub fn mon_group_of(proc_root: &Path, tid: u32) -> Option<String> {
+    let t = std::fs::read_to_string(proc_root.join(tid.to_string()).join("resctrl")).ok()?;
+    let name = t.lines().find_map(|l| l.strip_prefix("mon:"))?.trim().trim_matches('/');
+    let name = name.rsplit('/').next().unwrap_or(name);
+    (!name.is_empty() && name != ".." && name != ".").then(|| name.to_string())
 }
 
 #[cfg(test)]

@@ -3,11 +3,17 @@
 //! stops. Groups left by an earlier run are adopted when their container is attached, and the
 //! rest removed at the first upkeep. Who gets an RMID when they run short is the engine's
 //! policy; this says only whether mkdir worked and why not.
+//!
+//! Where the kernel counts bandwidth only through assignable counters (`mbm_event` mode), this
+//! run owns them: new groups get none from mkdir (`mbm_assign_on_mkdir` off until shutdown),
+//! and at each upkeep [`crate::counters::Planner`] decides who holds one; rows say how theirs
+//! was counted ([`MbmCounter`]), and a group without one reads `unassigned`, never 0.
 
-use crate::{Domain, GroupReader, GroupRef, Read, ReadError, Resctrl, ResctrlError, Value};
+use crate::counters::{Candidate, Planner};
+use crate::{AssignInfo, Domain, GroupReader, GroupRef, Read, ReadError, Resctrl, ResctrlError, Value};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
-use cachescope_engine::{ContainerMeta, Status, WaitReason};
+use cachescope_engine::{ContainerMeta, MbmCounter, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event};
 use std::collections::BTreeMap;
 use std::io;
@@ -31,6 +37,39 @@ pub struct SessionStats {
     pub limbo_busy: u64,
     pub evicted: u64,
     pub reads: u64,
+    /// Assignable counters: assignments made, released, and refused (none free).
+    pub counters_assigned: u64,
+    pub counters_released: u64,
+    pub counters_refused: u64,
+    /// Containers whose MON group another owner made (runc, an NRI plugin): read, never
+    /// changed or removed.
+    pub foreign: u64,
+}
+
+/// Who keeps an assignable counter, and how often the rest rotate.
+pub struct CounterPolicy {
+    pub rotate_every: Duration,
+    /// Containers that keep one whenever counters allow (the user's `--mbm-pin`).
+    pub pinned: Box<dyn Fn(&ContainerMeta) -> bool + Send>,
+}
+
+impl Default for CounterPolicy {
+    fn default() -> CounterPolicy {
+        CounterPolicy { rotate_every: Duration::from_secs(2), pinned: Box::new(|_| false) }
+    }
+}
+
+/// This run's assignable counters.
+struct Counters {
+    planner: Planner,
+    pinned: Box<dyn Fn(&ContainerMeta) -> bool + Send>,
+    /// `mbm_assign_on_mkdir` as found (put back at shutdown).
+    on_mkdir_before: Option<bool>,
+    /// Per container: how it holds its total counter, and whether it holds a local one.
+    held: BTreeMap<String, (MbmCounter, bool)>,
+    /// Counters per domain (the fewest any domain has) and what this run may use of them.
+    total: u32,
+    usable: u32,
 }
 
 struct Managed {
@@ -38,6 +77,13 @@ struct Managed {
     group: GroupRef,
     generation: u64,
     reader: Option<GroupReader>,
+    /// Bytes it held in the LLC at the last read (all domains): the counter plan's measure.
+    occupancy: u64,
+    /// Counter assignments so far: a new one restarts the count (a new generation).
+    epoch: u64,
+    /// Another owner's group (the runtime made it): read only; never removed, its tasks and
+    /// counters left to its owner.
+    foreign: bool,
 }
 
 pub struct ContainerGroups {
@@ -52,13 +98,21 @@ pub struct ContainerGroups {
     scratch: Vec<Read>,
     /// CLOCK_MONOTONIC at the run's t = 0, once the engine has said (see `collect`).
     origin: Option<Duration>,
+    counters: Option<Counters>,
 }
 
-/// The CTRL_MON group the runtime put a container in ("" = the default group): its first
-/// thread's, as /proc tells.
-fn ctrl_group(src: &dyn ContainerSource, id: &str) -> String {
-    let first = src.threads(id).ok().and_then(|t| t.first().copied());
-    first.and_then(|tid| crate::ctrl_group_of(Path::new("/proc"), tid)).unwrap_or_default()
+/// The CTRL_MON group the runtime put a container in ("" = the default group) and the MON
+/// group, if any: its first thread's, as /proc tells, or, on kernels without
+/// /proc/PID/resctrl (CONFIG_PROC_CPU_RESCTRL, off in Debian's), as the groups' tasks files
+/// tell.
+fn groups_of(rc: &Resctrl, src: &dyn ContainerSource, id: &str) -> (String, Option<String>) {
+    let Some(tid) = src.threads(id).ok().and_then(|t| t.first().copied()) else { return (String::new(), None) };
+    let proc = Path::new("/proc");
+    if proc.join(tid.to_string()).join("resctrl").exists() {
+        let ctrl = crate::ctrl_group_of(proc, tid).unwrap_or_default();
+        return (ctrl, crate::mon_group_of(proc, tid));
+    }
+    rc.group_of_task(tid)
 }
 
 impl ContainerGroups {
@@ -67,13 +121,34 @@ impl ContainerGroups {
     pub fn new(rc: Resctrl, mut info: BackendInfo) -> Result<ContainerGroups, ResctrlError> {
         let mon = rc.info()?;
         let domains = rc.domains()?;
-        info.domains = domains.iter().map(|d| d.id).collect();
+        // With Sub-NUMA Clustering, each node (mon_sub_L3_YY) is a domain of its rows.
+        info.domains = domains.iter().flat_map(|d| if d.sub.is_empty() { vec![d.id] } else { d.sub.clone() }).collect();
+        info.domains.sort_unstable();
         info.domains.dedup();
         // The kernel keeps byte counts that do not wrap.
         info.mbm_width = 64;
         info.mbm_unit = 1;
         info.sampling = Sampling::Tick;
         let leftovers = rc.our_groups()?.into_iter().map(|(g, id)| (id, g)).collect();
+        let counters = match mon.assign.as_ref().filter(|a| a.active()) {
+            None => None,
+            Some(a) => {
+                // This run assigns counters itself: none to a group because mkdir made it.
+                if a.on_mkdir == Some(true) {
+                    rc.set_assign_on_mkdir(false)?;
+                }
+                let total = domains.iter().map(|d| AssignInfo::of(&a.counters, d.id)).min().unwrap_or(0);
+                let p = CounterPolicy::default();
+                Some(Counters {
+                    planner: Planner::new(p.rotate_every),
+                    pinned: p.pinned,
+                    on_mkdir_before: a.on_mkdir,
+                    held: BTreeMap::new(),
+                    total,
+                    usable: 0,
+                })
+            }
+        };
         Ok(ContainerGroups {
             info,
             rc,
@@ -84,7 +159,100 @@ impl ContainerGroups {
             stats: SessionStats::default(),
             scratch: Vec::new(),
             origin: None,
+            counters,
         })
+    }
+
+    /// Who keeps an assignable counter and how often the others rotate (where the kernel has
+    /// them in `mbm_event` mode; elsewhere nothing changes).
+    pub fn with_counter_policy(mut self, p: CounterPolicy) -> ContainerGroups {
+        if let Some(c) = self.counters.as_mut() {
+            c.planner = Planner::new(p.rotate_every);
+            c.pinned = p.pinned;
+        }
+        self
+    }
+
+    /// Counters per domain and how many this run holds, where they are assignable.
+    pub fn counters_in_use(&self) -> Option<(usize, u32)> {
+        self.counters.as_ref().map(|c| (c.held.len() + c.held.values().filter(|(_, l)| *l).count(), c.total))
+    }
+
+    /// Give counters to the containers the plan names and take them from the others.
+    fn plan_counters(&mut self, now: Duration) -> Result<(), ResctrlError> {
+        let Some(c) = self.counters.as_mut() else { return Ok(()) };
+        let cands: Vec<Candidate> = self
+            .groups
+            .iter()
+            .filter(|(_, m)| m.reader.is_some() && !m.foreign)
+            .map(|(id, m)| Candidate { id: id.clone(), pinned: (c.pinned)(&m.meta), occupancy: m.occupancy })
+            .collect();
+        let avail = self.rc.counters_file("available_mbm_cntrs")?;
+        let ours = c.held.len() as u32 + c.held.values().filter(|(_, l)| *l).count() as u32;
+        c.usable = self.domains.iter().map(|d| AssignInfo::of(&avail, d.id) + ours).min().unwrap_or(0);
+        let plan = c.planner.plan(now, c.usable, &cands).clone();
+        let doms: Vec<u32> = self.domains.iter().map(|d| d.id).collect();
+        let _lock = self.rc.lock()?;
+        // Releases first, so that what they free is there for the assignments.
+        for (id, (_, local)) in c.held.clone() {
+            let keep = plan.holders.contains_key(&id);
+            let Some(m) = self.groups.get(&id) else {
+                c.held.remove(&id);
+                continue;
+            };
+            if !keep || (local && !plan.local) {
+                let mut events = if keep { vec!["mbm_local_bytes"] } else { vec!["mbm_total_bytes"] };
+                if local && !keep {
+                    events.push("mbm_local_bytes");
+                }
+                for e in events {
+                    release(&self.rc, &m.group, e, &doms)?;
+                    self.stats.counters_released += 1;
+                }
+                if keep {
+                    c.held.insert(id.clone(), (c.held[&id].0, false));
+                } else {
+                    c.held.remove(&id);
+                }
+            }
+        }
+        for (id, how) in &plan.holders {
+            let Some(m) = self.groups.get_mut(id) else { continue };
+            let (had_total, had_local) = c.held.get(id).map_or((false, false), |(_, l)| (true, *l));
+            let mut events = Vec::new();
+            if !had_total {
+                events.push("mbm_total_bytes");
+            }
+            if plan.local && !had_local {
+                events.push("mbm_local_bytes");
+            }
+            let mut got = (had_total, had_local);
+            for e in events {
+                match self.rc.assign(&m.group, e, &doms, true) {
+                    Ok(()) => {
+                        self.stats.counters_assigned += 1;
+                        m.epoch += 1;
+                        if e == "mbm_total_bytes" {
+                            got.0 = true;
+                        } else {
+                            got.1 = true;
+                        }
+                    }
+                    // Another owner took the free ones: this one waits for the next turn (the
+                    // domains the kernel did assign are released, not left half-held).
+                    Err(ResctrlError::NoCounter { .. }) => {
+                        self.stats.counters_refused += 1;
+                        release(&self.rc, &m.group, e, &doms)?;
+                    }
+                    Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            if got.0 {
+                c.held.insert(id.clone(), (*how, got.1));
+            }
+        }
+        Ok(())
     }
 
     pub fn resctrl(&self) -> &Resctrl {
@@ -109,10 +277,29 @@ impl ContainerGroups {
         let id = c.id();
         if let Some(g) = self.leftovers.as_mut().and_then(|l| l.remove(id)) {
             self.stats.adopted += 1;
+            // Counters it held (an earlier run's, or mkdir's) go back to the plan.
+            if self.counters.is_some() {
+                let doms: Vec<u32> = self.domains.iter().map(|d| d.id).collect();
+                for e in ["mbm_total_bytes", "mbm_local_bytes"] {
+                    release(&self.rc, &g, e, &doms)?;
+                }
+            }
             self.install(c, g, src)?;
             return Ok(None);
         }
-        let ctrl = ctrl_group(src, id);
+        let (ctrl, mon) = groups_of(&self.rc, src, id);
+        // The runtime made the container a group of its own (runc's enableMonitoring, an NRI
+        // plugin): read that one, leave it to its owner.
+        if let Some(name) = mon.filter(|n| crate::id_of_group(n).is_none()) {
+            self.stats.foreign += 1;
+            let g = GroupRef { ctrl, name };
+            let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
+            let generation = self.rc.generation(&g).unwrap_or(0);
+            let m =
+                Managed { meta: c.meta.clone(), group: g, generation, reader, occupancy: 0, epoch: 0, foreign: true };
+            self.groups.insert(id.to_string(), m);
+            return Ok(None);
+        }
         let g = match self.rc.create_group(&ctrl, id) {
             Ok(g) => g,
             Err(ResctrlError::BadId(_)) => return Ok(Some(WaitReason::BadId)),
@@ -150,7 +337,8 @@ impl ContainerGroups {
         }
         let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
         let generation = self.rc.generation(&g).unwrap_or(0);
-        self.groups.insert(c.id().to_string(), Managed { meta: c.meta.clone(), group: g, generation, reader });
+        let m = Managed { meta: c.meta.clone(), group: g, generation, reader, occupancy: 0, epoch: 0, foreign: false };
+        self.groups.insert(c.id().to_string(), m);
         Ok(())
     }
 
@@ -170,7 +358,14 @@ impl ContainerGroups {
 
     /// Remove a container's group (its RMID goes to limbo in the kernel).
     fn remove(&mut self, id: &str) -> Result<(), ResctrlError> {
+        // Its counters go back to the kernel with the group.
+        if let Some(c) = self.counters.as_mut() {
+            c.held.remove(id);
+        }
         if let Some(m) = self.groups.remove(id) {
+            if m.foreign {
+                return Ok(());
+            }
             let _lock = self.rc.lock()?;
             drop(m.reader);
             self.rc.remove_group(&m.group)?;
@@ -182,8 +377,12 @@ impl ContainerGroups {
     /// Threads that joined a container's cgroup from outside (`docker exec`, `nsenter`, a
     /// process manager moving pids) do not inherit its group the way forks do: move them in.
     fn resync_tasks(&mut self, src: &dyn ContainerSource) {
-        let live: Vec<(String, GroupRef)> =
-            self.groups.iter().filter(|(_, m)| m.reader.is_some()).map(|(k, m)| (k.clone(), m.group.clone())).collect();
+        let live: Vec<(String, GroupRef)> = self
+            .groups
+            .iter()
+            .filter(|(_, m)| m.reader.is_some() && !m.foreign)
+            .map(|(k, m)| (k.clone(), m.group.clone()))
+            .collect();
         let Ok(_lock) = self.rc.lock() else { return };
         for (id, g) in live {
             let Ok(have) = self.rc.group_tasks(&g) else { continue };
@@ -235,6 +434,7 @@ impl CacheBackend for ContainerGroups {
     fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
         let mut vanished = Vec::new();
         let origin = self.origin;
+        let held = self.counters.as_ref().map(|c| &c.held);
         for (id, m) in self.groups.iter_mut().filter(|(id, _)| want(id)) {
             let read = match &mut m.reader {
                 Some(r) => r.read_all(&mut self.scratch),
@@ -248,20 +448,35 @@ impl CacheBackend for ContainerGroups {
                 }
                 continue;
             }
+            m.occupancy = self
+                .scratch
+                .iter()
+                .filter(|r| r.event == Event::L3Occupancy)
+                .filter_map(|r| if let Value::Bytes(b) = r.value { Some(b) } else { None })
+                .sum();
+            let counter = held.map(|h| h.get(id).map(|(how, _)| *how));
+            let generation = m.generation ^ (m.epoch << 40);
             for &d in &self.info.domains {
                 let mut s = RawSample::new(m.meta.clone(), d, now);
+                s.mbm_counter = counter.flatten();
                 let reads = self.scratch.iter().filter(|r| r.domain == d);
                 let when = reads.clone().find(|r| r.event == Event::MbmTotal).or_else(|| reads.clone().next());
                 if let (Some(r), Some(o)) = (when, origin) {
                     s.at = now.max(r.at.saturating_sub(o));
                 }
+                // With assignable counters, local may have none while total has one (the plan
+                // gives local counters only when everyone can have both): that row's status
+                // is total's, and its local bandwidth null.
+                let total_counted =
+                    reads.clone().any(|r| r.event == Event::MbmTotal && matches!(r.value, Value::Bytes(_)));
                 for r in reads {
                     let st = r.value.status();
-                    if rank(st) > rank(s.status) {
+                    let local_only = r.event == Event::MbmLocal && st == Status::Unassigned && total_counted;
+                    if rank(st) > rank(s.status) && !local_only {
                         s.status = st;
                     }
                     let Value::Bytes(b) = r.value else { continue };
-                    let cum = Some(Cumulative { generation: m.generation, value: b });
+                    let cum = Some(Cumulative { generation, value: b });
                     match r.event {
                         Event::L3Occupancy => s.occupancy_bytes = Some(b),
                         Event::MbmTotal => s.mbm_total = cum,
@@ -283,9 +498,10 @@ impl CacheBackend for ContainerGroups {
 
     /// Leftovers removed, threads resynced, vanished groups re-created; those that cannot be
     /// are handed back to the RMID policy.
-    fn upkeep(&mut self, _: Duration, src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+    fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
         self.remove_leftovers().map_err(text)?;
         self.resync_tasks(src);
+        self.plan_counters(now).map_err(text)?;
         let lost: Vec<String> =
             self.groups.iter().filter(|(_, m)| m.reader.is_none()).map(|(k, _)| k.clone()).collect();
         let mut out = Vec::new();
@@ -295,8 +511,10 @@ impl CacheBackend for ContainerGroups {
         let _lock = self.rc.lock().map_err(text)?;
         for id in lost {
             let Some(m) = self.groups.remove(&id) else { continue };
-            // Whatever is left of it is ours; start over with a fresh group.
-            self.rc.remove_group(&m.group).map_err(text)?;
+            // Whatever is left of it is ours (another owner's is theirs); start over.
+            if !m.foreign {
+                self.rc.remove_group(&m.group).map_err(text)?;
+            }
             let c = Container { meta: m.meta.clone(), ..Default::default() };
             match self.try_create(&c, src).map_err(text)? {
                 None => self.stats.recreated += 1,
@@ -313,7 +531,31 @@ impl CacheBackend for ContainerGroups {
     }
 
     fn header(&self) -> Vec<String> {
-        vec![format!("groups={} reads={}", self.groups.len(), self.stats.reads)]
+        let mut out = vec![format!("groups={} reads={}", self.groups.len(), self.stats.reads)];
+        if let Some(c) = &self.counters {
+            let plan = c.planner.last();
+            let rotating = c.held.values().filter(|(h, _)| *h == MbmCounter::Rotating).count();
+            let mut line = format!(
+                "MBM counters {}/{} per L3 ({} usable): {} kept, {} rotating",
+                self.counters_in_use().map_or(0, |u| u.0),
+                c.total,
+                c.usable,
+                c.held.len() - rotating,
+                rotating
+            );
+            if plan.rotating > 0 {
+                let every = c.planner.rotate_every();
+                line += &format!(
+                    " through {} containers, {:?} turns: each measured one turn in {} ({:?})",
+                    plan.pool,
+                    every,
+                    plan.cycle(),
+                    every * plan.cycle() as u32
+                );
+            }
+            out.push(line);
+        }
+        out
     }
 
     fn shutdown(&mut self) -> Result<Vec<String>, String> {
@@ -322,8 +564,22 @@ impl CacheBackend for ContainerGroups {
             self.remove(&id).map_err(text)?;
         }
         self.remove_leftovers().map_err(text)?;
+        if let Some(c) = &self.counters {
+            if c.on_mkdir_before == Some(true) {
+                self.rc.set_assign_on_mkdir(true).map_err(text)?;
+            }
+        }
         let st = &self.stats;
         let mut out = Vec::new();
+        if self.counters.is_some() {
+            out.push(format!(
+                "MBM counters: {} assigned, {} released, {} refused (none free)",
+                st.counters_assigned, st.counters_released, st.counters_refused
+            ));
+        }
+        if st.foreign > 0 {
+            out.push(format!("containers in another owner's group (read, left as found): {}", st.foreign));
+        }
         if st.adopted + st.leftovers_removed > 0 {
             out.push(format!(
                 "groups left by an earlier run: {} adopted, {} removed",
@@ -341,5 +597,13 @@ fn rank(s: Status) -> u8 {
         Status::Unavailable => 3,
         Status::Unassigned => 2,
         _ => 1,
+    }
+}
+
+/// Release `event`'s counters of group `g` in `domains` (one that holds none is fine).
+fn release(rc: &Resctrl, g: &GroupRef, event: &str, domains: &[u32]) -> Result<(), ResctrlError> {
+    match rc.assign(g, event, domains, false) {
+        Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
     }
 }

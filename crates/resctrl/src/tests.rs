@@ -137,6 +137,10 @@ fn proc_resctrl_names_the_ctrl_group() {
     assert_eq!(ctrl_group_of(d.path(), 42).as_deref(), Some("gold"));
     assert_eq!(ctrl_group_of(d.path(), 43), None);
     assert_eq!(ctrl_group_of(d.path(), 44), None);
+    assert_eq!(mon_group_of(d.path(), 42).as_deref(), Some("x"));
+    assert_eq!(mon_group_of(d.path(), 43), None, "in no MON group");
+    let d = tree(&[("7/resctrl", "res:/\nmon:runc-abc\n")]);
+    assert_eq!(mon_group_of(d.path(), 7).as_deref(), Some("runc-abc"), "the bare name 6.x prints");
 }
 
 #[test]
@@ -148,4 +152,20 @@ fn mountinfo_finds_resctrl() {
     assert_eq!(Resctrl::find(d.path()).unwrap().root(), Path::new("/sys/fs/resctrl"));
     let d = tree(&[("self/mountinfo", "22 1 0:20 / /sys rw - sysfs sysfs rw\n")]);
     assert!(matches!(Resctrl::find(d.path()), Err(ResctrlError::NotMounted(_))));
+}
+
+#[test]
+fn a_task_in_another_owners_group_is_found_by_its_tasks_files() {
+    let d = tree(&[
+        ("tasks", "1\n"),
+        ("gold/tasks", "5\n7\n"),
+        ("gold/mon_groups/runc-1/tasks", "5\n"),
+        ("mon_groups/cachescope-x/tasks", "6\n"),
+        ("mon_groups/nri-2/tasks", "8\n"),
+    ]);
+    let rc = Resctrl::at(d.path());
+    assert_eq!(rc.group_of_task(5), ("gold".to_string(), Some("runc-1".to_string())));
+    assert_eq!(rc.group_of_task(7), ("gold".to_string(), None), "in the CTRL_MON group only");
+    assert_eq!(rc.group_of_task(8), (String::new(), Some("nri-2".to_string())));
+    assert_eq!(rc.group_of_task(6), (String::new(), None), "our own groups are not another owner's");
 }

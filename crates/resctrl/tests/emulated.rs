@@ -213,11 +213,14 @@ fn domains_with_gaps_and_snc_sub_domains() {
     s.start("thrash", &Fake::with(&[("thrash", vec![100])]), Duration::ZERO);
     m.platform().advance(Duration::from_secs(1));
     let rows = s.sample();
-    assert_eq!(rows.iter().map(|r| r.domain).collect::<Vec<_>>(), vec![0, 2]);
+    // Each SNC node is a domain of the rows (its mon_sub_L3_YY).
+    assert_eq!(rows.iter().map(|r| r.domain).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
     let g = GroupRef { ctrl: String::new(), name: "cachescope-thrash".into() };
     let sub = |n| rc.read_sub(&g, 0, n, Event::L3Occupancy).unwrap().bytes().unwrap();
-    let whole = row(&rows, "thrash", 0).llc_occupancy_bytes.unwrap();
-    assert_eq!(sub(0) + sub(1), whole, "node shares sum to the domain");
+    let node = |d| row(&rows, "thrash", d).llc_occupancy_bytes.unwrap();
+    assert_eq!((node(0), node(1)), (sub(0), sub(1)), "a node's row is its mon_sub_L3 file");
+    let l3 = std::fs::read_to_string(rc.group_dir(&g).join("mon_data/mon_L3_00/llc_occupancy")).unwrap();
+    assert_eq!(node(0) + node(1), l3.trim().parse::<u64>().unwrap(), "the nodes sum to the L3 file");
 }
 
 #[test]

@@ -61,6 +61,7 @@ fn main() {
                     },
                     cpu_ns: Some(900_000 + rnd()),
                     status: Status::Ok,
+                    mbm_counter: None,
                 })
                 .collect()
         })

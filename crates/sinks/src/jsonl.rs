@@ -29,6 +29,7 @@ struct Line<'a> {
     cpu_ns: Option<u64>,
     status: &'static str,
     provenance: &'static str,
+    mbm_counter: Option<&'static str>,
 }
 
 /// Write `rows` as JSON lines.
@@ -57,6 +58,7 @@ pub fn write_rows(out: &mut impl Write, host: &str, prov: Provenance, rows: &[Ro
             cpu_ns: r.cpu_ns,
             status: r.status.as_str(),
             provenance: prov.as_str(),
+            mbm_counter: r.mbm_counter.map(|c| c.as_str()),
         };
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;

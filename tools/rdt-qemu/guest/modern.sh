@@ -8,6 +8,9 @@
 #         moves, by its new group; on a kernel without mbm_event (6.1) the old behaviour.
 #   snc   (-device rdt,snc=2, Intel, two NUMA nodes per L3): per-node sub-domains, each holding
 #         what ran in its node, and the L3 file their sum.
+#   assign (-device rdt,mbm-counters=32): cachescope assigning the counters (below).
+#   snc_backend (as snc): cachescope's resctrl backend with a node per domain (below).
+#   share: another owner's group and a crashed run's orphan (below).
 . "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -121,6 +124,136 @@ if [ "${cs_mode:-}" = snc ]; then
   say stream_s1="$(line /tmp/s1.out)"
   say s1_sub0_mbm="$(cat $R/mon_groups/s1/mon_data/mon_L3_00/mon_sub_L3_00/mbm_total_bytes)"
   say s1_sub1_mbm="$(cat $R/mon_groups/s1/mon_data/mon_L3_00/mon_sub_L3_01/mbm_total_bytes)"
+  splats
+  say done=1
+  finish
+fi
+# cs_mode=assign (-device rdt,mbm-counters=32,rmids=128, AMD): cachescope's resctrl backend
+# owns the counters: 100 containers, one pinned (a stream of 16 MiB/s), 99 idle; the recording
+# and what the kernel says after cachescope has gone.
+if [ "${cs_mode:-}" = assign ]; then
+  C=/sys/fs/cgroup/ctr
+  mkdir -p $C
+  i=0
+  while [ $i -lt 99 ]; do
+    n=$(printf 'c%02d' $i)
+    mkdir $C/$n
+    sh -c "echo \$\$ > $C/$n/cgroup.procs && exec sleep 600" &
+    i=$((i + 1))
+  done
+  mkdir $C/pin
+  say on_mkdir_before="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
+  say available_before="$(cat $R/info/L3_MON/available_mbm_cntrs)"
+  # Every second (a TCG guest reads 600 counter files in about half a second), turns of 3 s.
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s \
+    --mbm-rotate 3s --mbm-pin 'ctr/pin' --jsonl --duration 40s >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 5
+  say on_mkdir_during="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
+  taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec rdt-work stream 16M 8 $((LLC * 4))" >/tmp/pin.out 2>&1
+  say stream_pin="$(line /tmp/pin.out)"
+  wait $CS
+  say monitor_exit=$?
+  say on_mkdir_after="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
+  say available_after="$(cat $R/info/L3_MON/available_mbm_cntrs)"
+  say groups_left="$(ls $R/mon_groups | wc -l)"
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
+  splats
+  say done=1
+  finish
+fi
+# cs_mode=snc_backend (as snc): cachescope's resctrl backend on SNC: a container on node 0's CPU
+# and one on node 1's, each a quarter of the LLC; its rows per node, and the kernel's files of
+# the groups it made as the reference.
+if [ "${cs_mode:-}" = snc_backend ]; then
+  C=/sys/fs/cgroup/ctr
+  mkdir -p $C/n0 $C/n1
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 250ms \
+    --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  for n in n0 n1; do
+    mask=0x1
+    [ $n = n1 ] && mask=0x2
+    taskset $mask sh -c "echo \$\$ > $C/$n/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120" >/tmp/$n.out 2>&1 &
+    eval "P_$n=\$!"
+  done
+  for n in n0 n1; do
+    wait_for $n allocated
+    pid=$(head -1 $C/$n/cgroup.procs)
+    i=0
+    until grep -qx "$pid" $R/mon_groups/cachescope-ctr_$n-*/tasks 2>/dev/null || [ $i -ge 300 ]; do sleep 0.1; i=$((i + 1)); done
+  done
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
+  wait_for flush ready
+  # shellcheck disable=SC2154 # set by eval
+  kill -CONT $P_n0 $P_n1
+  wait_for n0 ready
+  wait_for n1 ready
+  sleep 2
+  say settled="$(date +%s)"
+  for n in n0 n1; do
+    g=$(ls -d $R/mon_groups/cachescope-ctr_$n-* | head -1)
+    say "${n}_ref_l3=$(cat $g/mon_data/mon_L3_00/llc_occupancy)"
+    say "${n}_ref_sub0=$(cat $g/mon_data/mon_L3_00/mon_sub_L3_00/llc_occupancy)"
+    say "${n}_ref_sub1=$(cat $g/mon_data/mon_L3_00/mon_sub_L3_01/llc_occupancy)"
+  done
+  sleep 1
+  kill -INT $CS
+  wait $CS
+  say monitor_exit=$?
+  # shellcheck disable=SC2154 # set by eval
+  kill $P_n0 $P_n1
+  cachescope info >/tmp/info.txt 2>&1
+  say info_snc="$(grep -o 'SNC on: [0-9]* nodes per L3' /tmp/info.txt | head -1)"
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
+  splats
+  say done=1
+  finish
+fi
+# cs_mode=share: another owner's group (as runc's enableMonitoring or an NRI plugin makes one:
+# the container's first process in it before it runs) and a crashed cachescope's orphan, met by
+# cachescope's resctrl backend: it reads the first, leaves it as found, and removes the second.
+if [ "${cs_mode:-}" = share ]; then
+  C=/sys/fs/cgroup/ctr
+  mkdir -p $C/owned
+  mkdir $R/mon_groups/runc-owned
+  taskset 0x1 sh -c "echo \$\$ > $C/owned/cgroup.procs && echo \$\$ > $R/mon_groups/runc-owned/tasks && exec env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120" >/tmp/owned.out 2>&1 &
+  PO=$!
+  mkdir $R/mon_groups/cachescope-ctr_gone-0
+  wait_for owned allocated
+  say proc_resctrl="$(tr '\n' ' ' </proc/$PO/resctrl)"
+  cachescope info >/tmp/info.txt 2>&1
+  say info_others="$(grep -o "other owners' groups hold [0-9]* RMIDs: [^;]*" /tmp/info.txt | head -1)"
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 250ms \
+    --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 2
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
+  wait_for flush ready
+  kill -CONT $PO
+  wait_for owned ready
+  sleep 2
+  say settled="$(date +%s)"
+  say ref_owned="$(cat $R/mon_groups/runc-owned/mon_data/mon_L3_00/llc_occupancy)"
+  say orphan_gone="$([ -d $R/mon_groups/cachescope-ctr_gone-0 ] && echo 0 || echo 1)"
+  sleep 1
+  kill -INT $CS
+  wait $CS
+  say monitor_exit=$?
+  say runc_group_kept="$([ -d $R/mon_groups/runc-owned ] && echo 1 || echo 0)"
+  say runc_task_kept="$(grep -cx "$PO" $R/mon_groups/runc-owned/tasks)"
+  say ours_left="$(ls $R/mon_groups | grep -c '^cachescope-')"
+  kill $PO
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
   splats
   say done=1
   finish

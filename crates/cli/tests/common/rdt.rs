@@ -192,4 +192,3 @@ pub fn num(r: &HashMap<String, String>, k: &str) -> i64 {
 pub fn fields(v: &str) -> HashMap<&str, &str> {
     v.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()
 }
-

@@ -89,6 +89,7 @@ impl CacheBackend for Fake {
                     at: now,
                     rmid: Some(*rmid),
                     status: Status::Ok,
+                    mbm_counter: None,
                     occupancy_bytes: Some(counts.min(1000)),
                     mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % self.wrap }),
                     mbm_local: None,

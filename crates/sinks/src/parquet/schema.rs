@@ -7,7 +7,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use cachescope_engine::row::Row;
 use std::sync::Arc;
 
-pub const SCHEMA_VERSION: &str = "3";
+pub const SCHEMA_VERSION: &str = "4";
 /// File metadata: PMU charges dropped while the file was open (absent: none).
 pub const PMU_LOST: &str = "cachescope.pmu_lost_charges";
 
@@ -15,7 +15,8 @@ pub const PMU_LOST: &str = "cachescope.pmu_lost_charges";
 const UTC: &str = "UTC";
 
 /// The docs/data.md schema, column for column (version 2: version 1's columns, then `time`
-/// and `interval_start` as TIMESTAMP(ns, UTC); version 3: then `provenance`).
+/// and `interval_start` as TIMESTAMP(ns, UTC); version 3: then `provenance`; version 4: then
+/// `mbm_counter`).
 pub fn schema() -> SchemaRef {
     let ts = |n: &str| Field::new(n, DataType::Timestamp(TimeUnit::Nanosecond, Some(UTC.into())), false);
     let i64n = |n: &str| Field::new(n, DataType::Int64, true);
@@ -44,6 +45,7 @@ pub fn schema() -> SchemaRef {
         ts("time"),
         ts("interval_start"),
         Field::new("provenance", DataType::Utf8, false),
+        strn("mbm_counter"),
     ]))
 }
 
@@ -91,7 +93,9 @@ pub fn to_batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Row]) 
     let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
     let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
     let mut provenance = StringBuilder::with_capacity(n, n * 8);
+    let mut counter = StringBuilder::with_capacity(n, 0);
     for r in rows {
+        counter.append_option(r.mbm_counter.map(|c| c.as_str()));
         provenance.append_value(prov.as_str());
         end.append_value(r.time_ns);
         start.append_value(r.time_ns - r.interval_ns);
@@ -125,5 +129,6 @@ pub fn to_batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Row]) 
     cols.push(Arc::new(end.finish()));
     cols.push(Arc::new(start.finish()));
     cols.push(Arc::new(provenance.finish()));
+    cols.push(Arc::new(counter.finish()));
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
 }

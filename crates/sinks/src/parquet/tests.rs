@@ -20,6 +20,7 @@ fn rows(t_ms: i64, containers: usize) -> Vec<Row> {
             pmu: Pmu { cycles: Some(1000), instructions: Some(2000), ..Default::default() },
             cpu_ns: None,
             status: if c == 0 { Status::NoRmid } else { Status::Ok },
+            mbm_counter: None,
         })
         .collect()
 }
@@ -59,7 +60,7 @@ fn writes_schema_metadata_and_nulls() {
     assert_eq!(files.len(), 1);
     assert!(partial.is_empty());
     let md = report::file_metadata(&files[0]).expect("metadata");
-    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("3"));
+    assert_eq!(md.get("cachescope.schema_version").map(String::as_str), Some("4"));
     assert_eq!(md.get("cachescope.backend").map(String::as_str), Some("emulated"));
     let batches = read_all(&files);
     let b = &batches[0];
@@ -128,7 +129,7 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert_eq!(total, 8, "both flushed row groups survive");
     assert_eq!(
         report::file_metadata(&recovered[0]).expect("md").get("cachescope.schema_version").map(String::as_str),
-        Some("3")
+        Some("4")
     );
     // A partial file without any complete row group is removed.
     let mut s = ParquetSink::new(opts(dir.path())).expect("sink");

@@ -15,6 +15,7 @@ fn row(id: &str, domain: u32, occ: Option<u64>, mbm: Option<u64>, status: Status
         pmu: Pmu { cycles: Some(10), ..Default::default() },
         cpu_ns: None,
         status,
+        mbm_counter: None,
     }
 }
 

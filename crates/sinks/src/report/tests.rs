@@ -32,6 +32,7 @@ fn record(dir: &Path) {
             },
             cpu_ns: None,
             status,
+            mbm_counter: None,
         };
         let occ_a = if k <= 200 { 1 << 20 } else { 3 << 20 };
         let rows = vec![
@@ -105,6 +106,7 @@ fn bad_files_are_named_and_impossible_rows_skipped() {
         pmu: Pmu::default(),
         cpu_ns: None,
         status: Status::Ok,
+        mbm_counter: None,
     };
     // 1 GB in 1 ns, and a zero interval: impossible; then two plausible rows.
     sink.push(vec![mk(1, 1, 1_000_000_000), mk(2, 0, 10), mk(3, 1_000_000, 1_000_000), mk(4, 1_000_000, 1_000_000)]);
@@ -151,6 +153,7 @@ fn an_idle_container_lasts_to_the_end_of_the_recording() {
             pmu: Pmu::default(),
             cpu_ns: None,
             status: Status::Ok,
+            mbm_counter: None,
         };
         sink.push(sparse.filter(vec![mk(&busy, Some(1_000_000)), mk(&idle, Some(0))]));
     }
