@@ -78,6 +78,8 @@ install -d "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/ve
 "$bin" completions zsh >"$root/usr/share/zsh/vendor-completions/_cachescope"
 "$bin" completions fish >"$root/usr/share/fish/vendor_completions.d/cachescope.fish"
 "$bin" manpage | gzip -9n >"$root/usr/share/man/man1/cachescope.1.gz"
+# The OCI hook definition, to be linked into hooks.d by whoever wants it (docs/first-instruction.md).
+install -D -m 644 deploy/oci-hooks.d/cachescope.json "$root/usr/share/cachescope/oci-hooks.d/cachescope.json"
 doc_files "$root" cachescope Apache-2.0
 for f in README.md docs/*.md; do gzip -9nc "$f" >"$root/usr/share/doc/cachescope/$(basename "$f").gz"; done
 find "$root" -type d -exec chmod 755 {} + && find "$root/usr/share" -type f -exec chmod 644 {} +

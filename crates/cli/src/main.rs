@@ -3,6 +3,7 @@
 
 mod duration;
 mod error;
+mod hook;
 mod info;
 mod parts;
 mod report;
@@ -41,6 +42,9 @@ enum Command {
     Report(report::ReportArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     Completions { shell: clap_complete::Shell },
+    /// OCI createRuntime hook: puts a starting container in its resctrl group before its first
+    /// instruction (Podman, CRI-O hooks.d; runc, crun config.json; docs/first-instruction.md).
+    Hook(hook::HookArgs),
     /// Print the manual page (roff) on stdout: `cachescope manpage | man -l -`.
     #[command(hide = true)]
     Manpage,
@@ -174,6 +178,7 @@ fn main() -> ExitCode {
         Command::Record(c) => c.files.with(Some(c.output), c.listen).and_then(|o| parts::run(&c.common, &o)),
         Command::Serve(c) => c.files.with(c.output, Some(c.listen)).and_then(|o| parts::run(&c.common, &o)),
         Command::Report(args) => report::run(&args),
+        Command::Hook(args) => hook::run(&args),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "cachescope", &mut out);

@@ -139,7 +139,7 @@ fn the_device_refuses_what_it_cannot_model() {
 /// cachescope's resctrl backend owning the kernel's assignable counters: 100 containers on 32
 /// counters per L3 (the default group keeps 2), one pinned. Every container gets bandwidth
 /// figures within the run (turns of 3 s: each rotating container is measured one turn in 6,
-/// docs/counters.md; 40 s), the pinned one continuously and within 10 %
+/// docs/counters.md; 40 s), the pinned one continuously and within 5 %
 /// of what its stream moved; rows without a counter are `unassigned` with no bandwidth, never
 /// 0; mbm_assign_on_mkdir is off while cachescope runs and back on after, with every counter
 /// returned.
@@ -190,7 +190,7 @@ fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     assert_eq!(measured.len(), 100, "every container has bandwidth figures");
     assert!(unassigned > 0 && rotating > 0);
 
-    // The pinned stream: a counter kept throughout, its bytes over its window within 10 %.
+    // The pinned stream: a counter kept throughout, its bytes over its window within 5 %.
     let s = fields(&r["stream_pin"]);
     let (moved, t0, t1): (f64, i64, i64) =
         (s["moved"].parse().unwrap(), s["start_ns"].parse().unwrap(), s["end_ns"].parse().unwrap());
@@ -212,7 +212,7 @@ fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     let ns: f64 = inside.iter().map(|r| r["interval_ns"].as_f64().unwrap()).sum();
     let (rate, want) = (bytes / ns * 1e9, moved / ((t1 - t0) as f64 / 1e9));
     println!("pinned stream: {rate:.0} B/s counted, {want:.0} B/s moved ({:+.1} %)", 100.0 * (rate - want) / want);
-    assert!((rate - want).abs() / want <= 0.10, "pinned: {rate} B/s for {want}");
+    assert!((rate - want).abs() / want <= 0.05, "pinned: {rate} B/s for {want}");
 }
 
 /// The SNC machine: Sapphire Rapids' model number (the kernel reads SNC only there and on its
@@ -311,4 +311,33 @@ fn cachescope_reads_other_owners_groups_and_removes_its_orphans() {
         assert!(((got - LLC / 4) as f64 / (LLC / 4) as f64).abs() <= 0.10, "{got} B for {} B", LLC / 4);
         assert!((got - reference).abs() <= LLC / 50, "{got} B against the group's own {reference} B");
     }
+}
+
+/// From the first instruction without the module: a container (Debian's runc) that fills a
+/// quarter of the LLC in its first 50 ms, with cachescope's resctrl backend running. Tagged by
+/// `cachescope hook oci` as runc's createRuntime hook, its group holds ≥ 95 % of W per the
+/// kernel (and the backend adopts that group); tagged at the backend's poll instead, it holds
+/// what it filled after the poll (printed: the figure the hook exists for).
+#[test]
+fn the_oci_hook_tags_a_container_before_its_first_instruction() {
+    let Some((qemu, dir, work)) = machine() else { return };
+    if on_host() {
+        cachescope_testkit::skip("runc containers in the guest: on the RDT machine only");
+        return;
+    }
+    let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE}");
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &amd, append: "cs_mode=hook", kmod: false };
+    let r = boot(&qemu, &work, &g, &dir.path().join("hook"));
+    assert_eq!((num(&r, "polled_exit"), num(&r, "hooked_exit"), num(&r, "monitor_exit")), (0, 0, 0));
+    assert_eq!(num(&r, "splats"), 0);
+    let w = num(&r, "w");
+    let polled = r["polled_occ"].parse::<i64>().unwrap_or(0);
+    let hooked = num(&r, "hooked_occ");
+    println!(
+        "first 50 ms of W = {w} B in the container's group: hook {hooked} B ({:.1} %), poll {polled} B ({:.1} %)",
+        100.0 * hooked as f64 / w as f64,
+        100.0 * polled as f64 / w as f64
+    );
+    assert!(r["hooked_group"].starts_with("cachescope-ctr_hooked-"), "{}", r["hooked_group"]);
+    assert!(hooked as f64 >= 0.95 * w as f64, "the hook: {hooked} B of {w}");
 }

@@ -11,6 +11,7 @@
 #   assign (-device rdt,mbm-counters=32): cachescope assigning the counters (below).
 #   snc_backend (as snc): cachescope's resctrl backend with a node per domain (below).
 #   share: another owner's group and a crashed run's orphan (below).
+#   hook: a container's first 50 ms, tagged at cachescope's poll and by its OCI hook (below).
 . "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -29,8 +30,8 @@ run() {
   LAST=$!
 }
 wait_for() {
-  n=0
-  until grep -q "$2" "/tmp/$1.out" 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+  _w=0
+  until grep -q "$2" "/tmp/$1.out" 2>/dev/null || [ $_w -ge 600 ]; do sleep 0.1; _w=$((_w + 1)); done
 }
 # settle GROUP PID: its workload (RDT_WORK_STOP=1) wrote its buffer and stopped; a writer of twice
 # the LLC pushes every line out, then it goes on: the lines it holds afterwards are its own.
@@ -142,6 +143,11 @@ if [ "${cs_mode:-}" = assign ]; then
     i=$((i + 1))
   done
   mkdir $C/pin
+  # The pinned stream exists (stopped) before cachescope starts, so that it is tagged before it
+  # streams: this test is about counters, not about how soon a container is tagged.
+  taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work stream 16M 8 $((LLC * 4))" >/tmp/pin.out 2>&1 &
+  PIN=$!
+  wait_for pin allocated
   say on_mkdir_before="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_before="$(cat $R/info/L3_MON/available_mbm_cntrs)"
   # Every second (a TCG guest reads 600 counter files in about half a second), turns of 3 s.
@@ -150,7 +156,8 @@ if [ "${cs_mode:-}" = assign ]; then
   CS=$!
   sleep 5
   say on_mkdir_during="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
-  taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec rdt-work stream 16M 8 $((LLC * 4))" >/tmp/pin.out 2>&1
+  kill -CONT $PIN
+  wait $PIN
   say stream_pin="$(line /tmp/pin.out)"
   wait $CS
   say monitor_exit=$?
@@ -254,6 +261,61 @@ if [ "${cs_mode:-}" = share ]; then
   echo CS-ROWS-BEGIN
   gzip -c /tmp/rows.jsonl | base64
   echo CS-ROWS-END
+  splats
+  say done=1
+  finish
+fi
+# cs_mode=hook: a container (runc, pinned to CPU 0) that fills a quarter of the LLC in its
+# first 50 ms and then sleeps, while cachescope's resctrl backend runs: tagged at its poll, and
+# tagged by `cachescope hook oci` as runc's createRuntime hook. What its group holds, per the
+# kernel, is what was charged to it.
+if [ "${cs_mode:-}" = hook ]; then
+  W=$((LLC / 4))
+  bundle() {
+    b=/tmp/bundle-$1
+    mkdir -p $b/rootfs/bin $b/rootfs/proc
+    cp /bin/busybox /bin/rdt-work $b/rootfs/bin/
+    for a in sh sleep echo; do ln -sf busybox $b/rootfs/bin/$a; done
+    hooks=
+    [ "$2" = hook ] && hooks='"hooks": {"createRuntime": [{"path": "/bin/cachescope", "args": ["cachescope", "hook", "oci", "--containers", "ctr/*"]}]},'
+    cat >$b/config.json <<JSON
+{"ociVersion": "1.0.2",
+ "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "cwd": "/", "env": ["PATH=/bin"],
+   "args": ["/bin/sh", "-c", "rdt-work touch $W 0.05 >/dev/null && echo filled && sleep 4"]},
+ "root": {"path": "rootfs"},
+ "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+ $hooks
+ "linux": {"cgroupsPath": "/ctr/$1", "namespaces": [{"type": "pid"}, {"type": "mount"}]}}
+JSON
+  }
+  bundle polled none
+  bundle hooked hook
+  mkdir -p /sys/fs/cgroup/ctr
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 250ms \
+    --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 2
+  for n in polled hooked; do
+    taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush-$n.out 2>&1 &
+    FL=$!
+    wait_for flush-$n ready
+    kill $FL
+    taskset 0x1 runc --root /tmp/runc run --no-pivot -b /tmp/bundle-$n $n >/tmp/$n.out 2>&1 &
+    RUN=$!
+    wait_for $n filled
+    sleep 2
+    g=$(ls -d $R/mon_groups/cachescope-ctr_$n-* 2>/dev/null | head -1)
+    say "${n}_group=$(basename "$g")"
+    say "${n}_occ=$(cat "$g/mon_data/mon_L3_00/llc_occupancy" 2>/dev/null || echo none)"
+    wait $RUN
+    say "${n}_exit=$?"
+    sed "s/^/CS-STDERR $n: /" /tmp/$n.out
+  done
+  say w=$W
+  kill -INT $CS
+  wait $CS
+  say monitor_exit=$?
+  sed 's/^/CS-STDERR /' /tmp/err.txt
   splats
   say done=1
   finish

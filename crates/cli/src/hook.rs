@@ -1,0 +1,135 @@
+//! `cachescope hook oci`: an OCI `createRuntime` hook. The runtime runs it once the container's
+//! first process exists in its cgroup and before that process runs a single instruction of the
+//! container's own; the hook puts it in the resctrl MON group cachescope's resctrl backend
+//! will use for the container (named as the backend names groups), so the container's first
+//! milliseconds are charged to it, not to the default group until a poll notices it. The
+//! backend adopts the group when it attaches the container; children inherit it at fork.
+//!
+//! Podman and CRI-O read hooks from `hooks.d` (deploy/oci-hooks.d/cachescope.json); runc and
+//! crun run those a bundle's config.json names. A failing createRuntime hook stops the
+//! container, so problems are said on stderr and the hook exits 0; only input that is not an
+//! OCI state is an error (exit 2).
+
+use crate::error::CliError;
+use cachescope_cgroups::identity::{identify, Glob};
+use cachescope_resctrl::{GroupRef, Resctrl, ResctrlError};
+use std::io::Read;
+use std::path::Path;
+
+#[derive(clap::Args, Debug)]
+pub struct HookArgs {
+    /// Which hook: `oci` reads the OCI state (JSON) on stdin, as runtimes give it to hooks.
+    #[arg(value_enum)]
+    kind: HookKind,
+    /// Containers to recognise beyond the runtimes cachescope knows by name: the run's own
+    /// `--containers` globs over cgroup paths.
+    #[arg(long, value_name = "GLOB", num_args = 1..)]
+    containers: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum HookKind {
+    Oci,
+}
+
+pub fn run(args: &HookArgs) -> Result<(), CliError> {
+    let HookKind::Oci = args.kind;
+    let globs = args
+        .containers
+        .iter()
+        .map(|g| Glob::new(g).map_err(|e| CliError::input(format!("--containers {g:?}: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| CliError::input(format!("hook oci: reading the OCI state on stdin: {e}")))?;
+    let pid = oci_pid(&text).map_err(CliError::input)?;
+    match tag(Path::new("/proc"), pid, &globs) {
+        Ok(said) => cachescope_platform::say!("hook oci: {said}"),
+        Err(why) => {
+            cachescope_platform::say!("hook oci: pid {pid}: {why}; it is tagged at cachescope's next poll instead")
+        }
+    }
+    Ok(())
+}
+
+/// The `pid` of an OCI state document.
+fn oci_pid(text: &str) -> Result<u32, String> {
+    let state: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("hook oci: stdin is not an OCI state (JSON): {e}"))?;
+    state["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|&p| p > 0)
+        .ok_or_else(|| format!("hook oci: the OCI state has no pid: {}", text.chars().take(200).collect::<String>()))
+}
+
+/// The container of `pid`: its cgroup (v2) or the nearest ancestor cachescope recognises, and
+/// the id the backend gives it.
+fn container_of(proc_root: &Path, pid: u32, globs: &[Glob]) -> Result<(String, String), String> {
+    let p = proc_root.join(pid.to_string()).join("cgroup");
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::")).ok_or("no cgroup v2 line in /proc/PID/cgroup")?;
+    let mut at = rel.trim().trim_matches('/');
+    loop {
+        if let Some(id) = identify(at, globs) {
+            return Ok((at.to_string(), id.id));
+        }
+        match at.rsplit_once('/') {
+            Some((parent, _)) => at = parent,
+            None => {
+                return Err(format!("cgroup {rel} is no container cachescope recognises (give the run's --containers)"))
+            }
+        }
+    }
+}
+
+/// Put `pid`'s threads in its container's group, made if missing; what was done, in words.
+fn tag(proc_root: &Path, pid: u32, globs: &[Glob]) -> Result<String, String> {
+    let (cgroup, id) = container_of(proc_root, pid, globs)?;
+    let rc = Resctrl::find(proc_root).map_err(|e| e.to_string())?;
+    let _lock = rc.lock().map_err(|e| e.to_string())?;
+    let (ctrl, _) = rc.group_of_task(pid);
+    let g = match rc.create_group(&ctrl, &id) {
+        Ok(g) => g,
+        Err(ResctrlError::Mkdir { error, .. }) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            GroupRef { ctrl, name: cachescope_resctrl::group_name(&id).map_err(|e| e.to_string())? }
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let task = proc_root.join(pid.to_string()).join("task");
+    let mut list = || -> std::io::Result<Vec<u32>> {
+        Ok(std::fs::read_dir(&task)?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+    };
+    let a = rc.assign_tasks(&g, &mut list).map_err(|e| e.to_string())?;
+    Ok(format!("{} thread(s) of {cgroup} ({id}) in {} before the container's first instruction", a.moved, g.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oci_state_gives_the_pid_and_nothing_else_passes() {
+        assert_eq!(oci_pid(r#"{"ociVersion":"1.0.2","id":"x","status":"created","pid":4242,"bundle":"/b"}"#), Ok(4242));
+        assert!(oci_pid("not json").unwrap_err().contains("not an OCI state"));
+        assert!(oci_pid(r#"{"id":"x"}"#).unwrap_err().contains("no pid"));
+        assert!(oci_pid(r#"{"pid":0}"#).is_err());
+    }
+
+    #[test]
+    fn the_container_is_the_nearest_recognised_cgroup() {
+        let d = tempfile::tempdir().unwrap();
+        let id = "a".repeat(64);
+        std::fs::create_dir_all(d.path().join("7")).unwrap();
+        std::fs::write(d.path().join("7/cgroup"), format!("0::/machine.slice/libpod-{id}.scope/container\n")).unwrap();
+        assert_eq!(container_of(d.path(), 7, &[]).unwrap(), (format!("machine.slice/libpod-{id}.scope"), id));
+        std::fs::create_dir_all(d.path().join("8")).unwrap();
+        std::fs::write(d.path().join("8/cgroup"), "0::/ctr/hooked\n").unwrap();
+        assert!(container_of(d.path(), 8, &[]).unwrap_err().contains("no container cachescope recognises"));
+        let g = [Glob::new("ctr/*").unwrap()];
+        let (cg, id) = container_of(d.path(), 8, &g).unwrap();
+        assert_eq!(cg, "ctr/hooked");
+        assert!(id.starts_with("ctr_hooked-"), "{id}");
+    }
+}
