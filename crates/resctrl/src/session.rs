@@ -9,11 +9,14 @@
 //! and at each upkeep [`crate::counters::Planner`] decides who holds one; rows say how theirs
 //! was counted ([`MbmCounter`]), and a group without one reads `unassigned`, never 0.
 
-use crate::counters::{Candidate, Planner};
-use crate::{AssignInfo, Domain, GroupReader, GroupRef, Read, ReadError, Resctrl, ResctrlError, Value};
+mod assign;
+
+use crate::{Domain, GroupReader, GroupRef, Read, ReadError, Resctrl, ResctrlError, Value};
+pub use assign::CounterPolicy;
+use assign::{release, Counters};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
-use cachescope_engine::{ContainerMeta, MbmCounter, Status, WaitReason};
+use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event};
 use std::collections::BTreeMap;
 use std::io;
@@ -44,32 +47,6 @@ pub struct SessionStats {
     /// Containers whose MON group another owner made (runc, an NRI plugin): read, never
     /// changed or removed.
     pub foreign: u64,
-}
-
-/// Who keeps an assignable counter, and how often the rest rotate.
-pub struct CounterPolicy {
-    pub rotate_every: Duration,
-    /// Containers that keep one whenever counters allow (the user's `--mbm-pin`).
-    pub pinned: Box<dyn Fn(&ContainerMeta) -> bool + Send>,
-}
-
-impl Default for CounterPolicy {
-    fn default() -> CounterPolicy {
-        CounterPolicy { rotate_every: Duration::from_secs(2), pinned: Box::new(|_| false) }
-    }
-}
-
-/// This run's assignable counters.
-struct Counters {
-    planner: Planner,
-    pinned: Box<dyn Fn(&ContainerMeta) -> bool + Send>,
-    /// `mbm_assign_on_mkdir` as found (put back at shutdown).
-    on_mkdir_before: Option<bool>,
-    /// Per container: how it holds its total counter, and whether it holds a local one.
-    held: BTreeMap<String, (MbmCounter, bool)>,
-    /// Counters per domain (the fewest any domain has) and what this run may use of them.
-    total: u32,
-    usable: u32,
 }
 
 struct Managed {
@@ -130,25 +107,7 @@ impl ContainerGroups {
         info.mbm_unit = 1;
         info.sampling = Sampling::Tick;
         let leftovers = rc.our_groups()?.into_iter().map(|(g, id)| (id, g)).collect();
-        let counters = match mon.assign.as_ref().filter(|a| a.active()) {
-            None => None,
-            Some(a) => {
-                // This run assigns counters itself: none to a group because mkdir made it.
-                if a.on_mkdir == Some(true) {
-                    rc.set_assign_on_mkdir(false)?;
-                }
-                let total = domains.iter().map(|d| AssignInfo::of(&a.counters, d.id)).min().unwrap_or(0);
-                let p = CounterPolicy::default();
-                Some(Counters {
-                    planner: Planner::new(p.rotate_every),
-                    pinned: p.pinned,
-                    on_mkdir_before: a.on_mkdir,
-                    held: BTreeMap::new(),
-                    total,
-                    usable: 0,
-                })
-            }
-        };
+        let counters = Counters::start(&rc, &mon, &domains)?;
         Ok(ContainerGroups {
             info,
             rc,
@@ -161,98 +120,6 @@ impl ContainerGroups {
             origin: None,
             counters,
         })
-    }
-
-    /// Who keeps an assignable counter and how often the others rotate (where the kernel has
-    /// them in `mbm_event` mode; elsewhere nothing changes).
-    pub fn with_counter_policy(mut self, p: CounterPolicy) -> ContainerGroups {
-        if let Some(c) = self.counters.as_mut() {
-            c.planner = Planner::new(p.rotate_every);
-            c.pinned = p.pinned;
-        }
-        self
-    }
-
-    /// Counters per domain and how many this run holds, where they are assignable.
-    pub fn counters_in_use(&self) -> Option<(usize, u32)> {
-        self.counters.as_ref().map(|c| (c.held.len() + c.held.values().filter(|(_, l)| *l).count(), c.total))
-    }
-
-    /// Give counters to the containers the plan names and take them from the others.
-    fn plan_counters(&mut self, now: Duration) -> Result<(), ResctrlError> {
-        let Some(c) = self.counters.as_mut() else { return Ok(()) };
-        let cands: Vec<Candidate> = self
-            .groups
-            .iter()
-            .filter(|(_, m)| m.reader.is_some() && !m.foreign)
-            .map(|(id, m)| Candidate { id: id.clone(), pinned: (c.pinned)(&m.meta), occupancy: m.occupancy })
-            .collect();
-        let avail = self.rc.counters_file("available_mbm_cntrs")?;
-        let ours = c.held.len() as u32 + c.held.values().filter(|(_, l)| *l).count() as u32;
-        c.usable = self.domains.iter().map(|d| AssignInfo::of(&avail, d.id) + ours).min().unwrap_or(0);
-        let plan = c.planner.plan(now, c.usable, &cands).clone();
-        let doms: Vec<u32> = self.domains.iter().map(|d| d.id).collect();
-        let _lock = self.rc.lock()?;
-        // Releases first, so that what they free is there for the assignments.
-        for (id, (_, local)) in c.held.clone() {
-            let keep = plan.holders.contains_key(&id);
-            let Some(m) = self.groups.get(&id) else {
-                c.held.remove(&id);
-                continue;
-            };
-            if !keep || (local && !plan.local) {
-                let mut events = if keep { vec!["mbm_local_bytes"] } else { vec!["mbm_total_bytes"] };
-                if local && !keep {
-                    events.push("mbm_local_bytes");
-                }
-                for e in events {
-                    release(&self.rc, &m.group, e, &doms)?;
-                    self.stats.counters_released += 1;
-                }
-                if keep {
-                    c.held.insert(id.clone(), (c.held[&id].0, false));
-                } else {
-                    c.held.remove(&id);
-                }
-            }
-        }
-        for (id, how) in &plan.holders {
-            let Some(m) = self.groups.get_mut(id) else { continue };
-            let (had_total, had_local) = c.held.get(id).map_or((false, false), |(_, l)| (true, *l));
-            let mut events = Vec::new();
-            if !had_total {
-                events.push("mbm_total_bytes");
-            }
-            if plan.local && !had_local {
-                events.push("mbm_local_bytes");
-            }
-            let mut got = (had_total, had_local);
-            for e in events {
-                match self.rc.assign(&m.group, e, &doms, true) {
-                    Ok(()) => {
-                        self.stats.counters_assigned += 1;
-                        m.epoch += 1;
-                        if e == "mbm_total_bytes" {
-                            got.0 = true;
-                        } else {
-                            got.1 = true;
-                        }
-                    }
-                    // Another owner took the free ones: this one waits for the next turn (the
-                    // domains the kernel did assign are released, not left half-held).
-                    Err(ResctrlError::NoCounter { .. }) => {
-                        self.stats.counters_refused += 1;
-                        release(&self.rc, &m.group, e, &doms)?;
-                    }
-                    Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => {}
-                    Err(err) => return Err(err),
-                }
-            }
-            if got.0 {
-                c.held.insert(id.clone(), (*how, got.1));
-            }
-        }
-        Ok(())
     }
 
     pub fn resctrl(&self) -> &Resctrl {
@@ -532,29 +399,7 @@ impl CacheBackend for ContainerGroups {
 
     fn header(&self) -> Vec<String> {
         let mut out = vec![format!("groups={} reads={}", self.groups.len(), self.stats.reads)];
-        if let Some(c) = &self.counters {
-            let plan = c.planner.last();
-            let rotating = c.held.values().filter(|(h, _)| *h == MbmCounter::Rotating).count();
-            let mut line = format!(
-                "MBM counters {}/{} per L3 ({} usable): {} kept, {} rotating",
-                self.counters_in_use().map_or(0, |u| u.0),
-                c.total,
-                c.usable,
-                c.held.len() - rotating,
-                rotating
-            );
-            if plan.rotating > 0 {
-                let every = c.planner.rotate_every();
-                line += &format!(
-                    " through {} containers, {:?} turns: each measured one turn in {} ({:?})",
-                    plan.pool,
-                    every,
-                    plan.cycle(),
-                    every * plan.cycle() as u32
-                );
-            }
-            out.push(line);
-        }
+        out.extend(self.counters_header());
         out
     }
 
@@ -597,13 +442,5 @@ fn rank(s: Status) -> u8 {
         Status::Unavailable => 3,
         Status::Unassigned => 2,
         _ => 1,
-    }
-}
-
-/// Release `event`'s counters of group `g` in `domains` (one that holds none is fine).
-fn release(rc: &Resctrl, g: &GroupRef, event: &str, domains: &[u32]) -> Result<(), ResctrlError> {
-    match rc.assign(g, event, domains, false) {
-        Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
     }
 }
