@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::rdt::{boot, fields, machine, num, on_host, Guest};
+use common::rdt::{boot, device_machine, fields, num, Guest};
 use std::collections::HashMap;
 
 const LLC: i64 = 4 << 20;
@@ -34,11 +34,7 @@ fn stream_counted(what: &str, r: &HashMap<String, String>, key: &str) {
 
 #[test]
 fn assignable_counters_on_the_kernels_resctrl() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("the device's assignable counters: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("the device's assignable counters") else { return };
     let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE},mbm-counters=4");
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: &amd, append: "cs_mode=abmc", kmod: false };
     let r = boot(&qemu, &work, &g, &dir.path().join("abmc"));
@@ -77,11 +73,7 @@ fn assignable_counters_on_the_kernels_resctrl() {
 
 #[test]
 fn sub_numa_clusters_on_the_kernels_resctrl() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("the device's sub-NUMA clusters: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("the device's sub-NUMA clusters") else { return };
     let m = snc_machine();
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc", kmod: false };
     let r = boot(&qemu, &work, &g, &dir.path().join("snc"));
@@ -108,11 +100,7 @@ fn sub_numa_clusters_on_the_kernels_resctrl() {
 /// What the device cannot model stops QEMU with one line that names it.
 #[test]
 fn the_device_refuses_what_it_cannot_model() {
-    let Some((qemu, _dir, _work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("the device's properties: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, _dir, _work)) = device_machine("the device's properties") else { return };
     for (args, says) in [
         (
             "-cpu Skylake-Server -device rdt,mbm-counters=4",
@@ -145,11 +133,7 @@ fn the_device_refuses_what_it_cannot_model() {
 /// returned.
 #[test]
 fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("the device's assignable counters: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("the device's assignable counters") else { return };
     let amd = "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M,llc-ways=16,rmids=128,mbm-counters=32";
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: amd, append: "cs_mode=assign", kmod: false };
     let out = dir.path().join("assign");
@@ -231,11 +215,7 @@ fn snc_machine() -> String {
 /// its group; `cachescope info` says SNC is on with 2 nodes per L3.
 #[test]
 fn cachescope_reads_each_sub_numa_node_as_a_domain() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("the device's sub-NUMA clusters: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("the device's sub-NUMA clusters") else { return };
     let m = snc_machine();
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc_backend", kmod: false };
     let out = dir.path().join("snc-backend");
@@ -279,11 +259,7 @@ fn cachescope_reads_each_sub_numa_node_as_a_domain() {
 /// info` lists the other owner's group; nothing of cachescope's is left.
 #[test]
 fn cachescope_reads_other_owners_groups_and_removes_its_orphans() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("groups made in the guest: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("groups made in the guest") else { return };
     let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE}");
     for kernel in ["unstable", ""] {
         let g = Guest { script: "modern.sh", kernel, machine: &amd, append: "cs_mode=share", kmod: false };
@@ -320,11 +296,7 @@ fn cachescope_reads_other_owners_groups_and_removes_its_orphans() {
 /// what it filled after the poll (printed: the figure the hook exists for).
 #[test]
 fn the_oci_hook_tags_a_container_before_its_first_instruction() {
-    let Some((qemu, dir, work)) = machine() else { return };
-    if on_host() {
-        cachescope_testkit::skip("runc containers in the guest: on the RDT machine only");
-        return;
-    }
+    let Some((qemu, dir, work)) = device_machine("runc containers in the guest") else { return };
     let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE}");
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: &amd, append: "cs_mode=hook", kmod: false };
     let r = boot(&qemu, &work, &g, &dir.path().join("hook"));

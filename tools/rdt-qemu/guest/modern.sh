@@ -44,6 +44,19 @@ settle() {
 }
 file() { echo "$R/mon_groups/$1/mon_data/mon_L3_00/$2"; }
 line() { tr '\n' ' ' <"$1" | sed 's/ *$//'; }
+# the_end: cachescope's stderr, the recording (gzip, base64) where there is one, the kernel's
+# splats; then power off.
+the_end() {
+  [ -e /tmp/err.txt ] && sed 's/^/CS-STDERR /' /tmp/err.txt
+  if [ -e /tmp/rows.jsonl ]; then
+    echo CS-ROWS-BEGIN
+    gzip -c /tmp/rows.jsonl | base64
+    echo CS-ROWS-END
+  fi
+  splats
+  say done=1
+  finish
+}
 
 if [ "${cs_mode:-}" = abmc ]; then
   if [ ! -e $R/info/L3_MON/mbm_assign_mode ]; then
@@ -90,9 +103,7 @@ if [ "${cs_mode:-}" = abmc ]; then
   say stream_b="$(line /tmp/b.out)"
   rmdir $R/mon_groups/a $R/mon_groups/b
   say available_end="$(cat $R/info/L3_MON/available_mbm_cntrs)"
-  splats
-  say done=1
-  finish
+  the_end
 fi
 
 if [ "${cs_mode:-}" = snc ]; then
@@ -125,9 +136,7 @@ if [ "${cs_mode:-}" = snc ]; then
   say stream_s1="$(line /tmp/s1.out)"
   say s1_sub0_mbm="$(cat $R/mon_groups/s1/mon_data/mon_L3_00/mon_sub_L3_00/mbm_total_bytes)"
   say s1_sub1_mbm="$(cat $R/mon_groups/s1/mon_data/mon_L3_00/mon_sub_L3_01/mbm_total_bytes)"
-  splats
-  say done=1
-  finish
+  the_end
 fi
 # cs_mode=assign (-device rdt,mbm-counters=32,rmids=128, AMD): cachescope's resctrl backend
 # owns the counters: 100 containers, one pinned (a stream of 16 MiB/s), 99 idle; the recording
@@ -164,13 +173,7 @@ if [ "${cs_mode:-}" = assign ]; then
   say on_mkdir_after="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_after="$(cat $R/info/L3_MON/available_mbm_cntrs)"
   say groups_left="$(ls $R/mon_groups | wc -l)"
-  sed 's/^/CS-STDERR /' /tmp/err.txt
-  echo CS-ROWS-BEGIN
-  gzip -c /tmp/rows.jsonl | base64
-  echo CS-ROWS-END
-  splats
-  say done=1
-  finish
+  the_end
 fi
 # cs_mode=snc_backend (as snc): cachescope's resctrl backend on SNC: a container on node 0's CPU
 # and one on node 1's, each a quarter of the LLC; its rows per node, and the kernel's files of
@@ -215,13 +218,7 @@ if [ "${cs_mode:-}" = snc_backend ]; then
   kill $P_n0 $P_n1
   cachescope info >/tmp/info.txt 2>&1
   say info_snc="$(grep -o 'SNC on: [0-9]* nodes per L3' /tmp/info.txt | head -1)"
-  sed 's/^/CS-STDERR /' /tmp/err.txt
-  echo CS-ROWS-BEGIN
-  gzip -c /tmp/rows.jsonl | base64
-  echo CS-ROWS-END
-  splats
-  say done=1
-  finish
+  the_end
 fi
 # cs_mode=share: another owner's group (as runc's enableMonitoring or an NRI plugin makes one:
 # the container's first process in it before it runs) and a crashed cachescope's orphan, met by
@@ -257,13 +254,7 @@ if [ "${cs_mode:-}" = share ]; then
   say runc_task_kept="$(grep -cx "$PO" $R/mon_groups/runc-owned/tasks)"
   say ours_left="$(ls $R/mon_groups | grep -c '^cachescope-')"
   kill $PO
-  sed 's/^/CS-STDERR /' /tmp/err.txt
-  echo CS-ROWS-BEGIN
-  gzip -c /tmp/rows.jsonl | base64
-  echo CS-ROWS-END
-  splats
-  say done=1
-  finish
+  the_end
 fi
 # cs_mode=hook: a container (runc, pinned to CPU 0) that fills a quarter of the LLC in its
 # first 50 ms and then sleeps, while cachescope's resctrl backend runs: tagged at its poll, and
@@ -315,10 +306,7 @@ JSON
   kill -INT $CS
   wait $CS
   say monitor_exit=$?
-  sed 's/^/CS-STDERR /' /tmp/err.txt
-  splats
-  say done=1
-  finish
+  the_end
 fi
 say unknown_mode="${cs_mode:-}"
 finish

@@ -95,6 +95,17 @@ pub fn machine() -> Option<(String, tempfile::TempDir, PathBuf)> {
     Some((qemu, dir, work))
 }
 
+/// As [`machine`], for what only the RDT machine can do (its device's properties, other CPU
+/// models and kernels): skipped, saying `what`, where the tests run on a host's own RDT.
+#[track_caller]
+pub fn device_machine(what: &str) -> Option<(String, tempfile::TempDir, PathBuf)> {
+    if on_host() {
+        cachescope_testkit::skip(format!("{what}: on the RDT machine only"));
+        return None;
+    }
+    machine()
+}
+
 /// The workloads, a static binary for the busybox guest.
 pub fn workloads(dir: &Path) -> PathBuf {
     let bin = dir.join("rdt-work");
