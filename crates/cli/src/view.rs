@@ -101,6 +101,7 @@ pub fn sort(rows: &mut [ViewRow], key: SortKey) {
 fn rank(status: &str) -> u8 {
     match status {
         "ok" => 0,
+        "rotating" => 1,
         "no_rmid" => 1,
         "error" => 2,
         "unassigned" => 3,
@@ -244,7 +245,12 @@ impl Accumulator {
             r.meta = Some(row.container.clone());
         }
         r.rmid = row.rmid;
-        r.status = row.status.as_str();
+        // Bandwidth from a counter that rotates through containers (docs/counters.md) is a
+        // sample: the view says so where the status would say `ok`.
+        r.status = match (row.status, row.mbm_counter) {
+            (cachescope_engine::Status::Ok, Some(cachescope_engine::MbmCounter::Rotating)) => "rotating",
+            (s, _) => s.as_str(),
+        };
         r.occupancy = row.llc_occupancy_bytes;
         if let Some(t) = row.mbm_total_bytes {
             r.total += t;
@@ -363,6 +369,35 @@ mod tests {
         assert_eq!(label(&mut acc), "web");
         meta.runtime.set(named("web-renamed"));
         assert_eq!(label(&mut acc), "web-renamed", "a rename, even between rows");
+    }
+
+    #[test]
+    fn bandwidth_from_a_rotating_counter_says_so_in_the_status() {
+        let meta = Arc::new(ContainerMeta { id: "r".into(), ..Default::default() });
+        let mut row = Row {
+            time_ns: 1,
+            interval_ns: 1,
+            container: meta,
+            domain: 0,
+            rmid: None,
+            llc_occupancy_bytes: Some(1),
+            mbm_total_bytes: Some(5),
+            mbm_local_bytes: None,
+            pmu: Default::default(),
+            cpu_ns: None,
+            status: cachescope_engine::Status::Ok,
+            mbm_counter: Some(cachescope_engine::MbmCounter::Rotating),
+        };
+        let mut acc = Accumulator::default();
+        let status = |acc: &mut Accumulator| acc.take(Duration::from_secs(1), &[])[0].status;
+        acc.add(&row);
+        assert_eq!(status(&mut acc), "rotating");
+        row.mbm_counter = Some(cachescope_engine::MbmCounter::Kept);
+        acc.add(&row);
+        assert_eq!(status(&mut acc), "ok");
+        (row.status, row.mbm_counter, row.mbm_total_bytes) = (cachescope_engine::Status::Unassigned, None, None);
+        acc.add(&row);
+        assert_eq!(status(&mut acc), "unassigned", "a turn without a counter");
     }
 
     pub(crate) fn row(label: &str, occ: Option<u64>, bw: Option<f64>, ipc: Option<f64>, mpki: Option<f64>) -> ViewRow {

@@ -130,7 +130,7 @@ fn the_device_refuses_what_it_cannot_model() {
 /// docs/counters.md; 40 s), the pinned one continuously and within 5 %
 /// of what its stream moved; rows without a counter are `unassigned` with no bandwidth, never
 /// 0; mbm_assign_on_mkdir is off while cachescope runs and back on after, with every counter
-/// returned.
+/// returned, also after a run killed with SIGKILL (by the next run).
 #[test]
 fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     let Some((qemu, dir, work)) = device_machine("the device's assignable counters") else { return };
@@ -144,6 +144,9 @@ fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     assert_eq!(r["available_after"], r["available_before"], "every counter returned");
     assert_eq!(num(&r, "groups_left"), 0);
     assert_eq!(num(&r, "splats"), 0);
+    // SIGKILLed, a run leaves it off; the next run puts it back, and removes the orphans.
+    assert_eq!((r["on_mkdir_killed"].as_str(), r["on_mkdir_next"].as_str()), ("0", "1"));
+    assert_eq!(num(&r, "groups_left_next"), 0);
 
     let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
     let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -412,6 +412,8 @@ impl CacheBackend for ContainerGroups {
         if let Some(c) = &self.counters {
             if c.on_mkdir_before == Some(true) {
                 self.rc.set_assign_on_mkdir(true).map_err(text)?;
+                // Absent where noting it failed (said at start).
+                std::fs::remove_file(assign::ON_MKDIR_NOTE).ok();
             }
         }
         let st = &self.stats;

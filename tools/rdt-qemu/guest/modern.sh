@@ -173,6 +173,17 @@ if [ "${cs_mode:-}" = assign ]; then
   say on_mkdir_after="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_after="$(cat $R/info/L3_MON/available_mbm_cntrs)"
   say groups_left="$(ls $R/mon_groups | wc -l)"
+  # A run killed with SIGKILL cannot put mbm_assign_on_mkdir back; the next one does.
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s >/dev/null 2>&1 &
+  KILLED=$!
+  sleep 4
+  kill -KILL $KILLED
+  wait $KILLED 2>/dev/null
+  say on_mkdir_killed="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s --duration 4s \
+    >/dev/null 2>/tmp/err-next.txt
+  say on_mkdir_next="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
+  say groups_left_next="$(ls $R/mon_groups | wc -l)"
   the_end
 fi
 # cs_mode=snc_backend (as snc): cachescope's resctrl backend on SNC: a container on node 0's CPU

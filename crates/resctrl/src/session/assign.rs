@@ -35,6 +35,15 @@ pub(super) struct Counters {
     pub(super) usable: u32,
 }
 
+/// Where a run notes that it turned `mbm_assign_on_mkdir` off (tmpfs: gone at reboot, with
+/// the kernel's setting).
+pub(super) const ON_MKDIR_NOTE: &str = "/run/cachescope/mbm_assign_on_mkdir";
+
+fn note_on_mkdir() -> io::Result<()> {
+    std::fs::create_dir_all("/run/cachescope")?;
+    std::fs::write(ON_MKDIR_NOTE, "1\n")
+}
+
 impl Counters {
     /// Where the kernel is in `mbm_event` mode, this run takes the counters over: new groups
     /// get none from mkdir (`mbm_assign_on_mkdir` off, put back at shutdown).
@@ -42,8 +51,19 @@ impl Counters {
         Ok(match mon.assign.as_ref().filter(|a| a.active()) {
             None => None,
             Some(a) => {
-                // This run assigns counters itself: none to a group because mkdir made it.
+                // This run assigns counters itself: none to a group because mkdir made it. What
+                // it found is noted under /run first, so that the run after a SIGKILLed one
+                // still knows what to put back.
+                let mut before = a.on_mkdir;
+                if before == Some(false) && std::fs::read_to_string(ON_MKDIR_NOTE).is_ok_and(|t| t.trim() == "1") {
+                    before = Some(true);
+                }
                 if a.on_mkdir == Some(true) {
+                    if let Err(e) = note_on_mkdir() {
+                        cachescope_platform::say!(
+                            "{ON_MKDIR_NOTE}: {e}: a run killed before it ends leaves mbm_assign_on_mkdir off"
+                        );
+                    }
                     rc.set_assign_on_mkdir(false)?;
                 }
                 let total = domains.iter().map(|d| AssignInfo::of(&a.counters, d.id)).min().unwrap_or(0);
@@ -51,7 +71,7 @@ impl Counters {
                 Some(Counters {
                     planner: Planner::new(p.rotate_every),
                     pinned: p.pinned,
-                    on_mkdir_before: a.on_mkdir,
+                    on_mkdir_before: before,
                     held: BTreeMap::new(),
                     total,
                     usable: 0,
