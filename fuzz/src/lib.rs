@@ -260,6 +260,7 @@ fn crashed_recording() -> Option<&'static (Vec<u8>, Vec<u8>, std::collections::B
                     pmu: Pmu::default(),
                     cpu_ns: None,
                     status: Status::Ok,
+                    mbm_counter: None,
                 })
                 .collect();
             keys.extend(rows.iter().map(|r| (r.time_ns, r.container.id.clone())));
