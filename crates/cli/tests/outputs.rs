@@ -186,3 +186,29 @@ fn listen_on_port_0_says_the_port_bound() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `cachescope hook oci` never stops a container: a pid it cannot tag (here: not in any
+/// container's cgroup) is said on stderr with exit 0; input that is not an OCI state is exit 2
+/// with one line (docs/cli.md).
+#[test]
+fn the_oci_hook_exits_0_unless_its_input_is_not_an_oci_state() {
+    use std::io::Write;
+    let run = |input: &str| {
+        let mut c = bin()
+            .args(["hook", "oci"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        c.wait_with_output().unwrap()
+    };
+    let o = run("not json");
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("not an OCI state"), "{}", stderr(&o));
+    let o = run(r#"{"ociVersion":"1.0.2","id":"x","status":"created","pid":1,"bundle":"/b"}"#);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pid 1:") && stderr(&o).contains("next poll"), "{}", stderr(&o));
+}
