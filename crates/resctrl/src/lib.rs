@@ -312,10 +312,15 @@ impl Resctrl {
         let mut f = OpenOptions::new().write(true).open(&p).map_err(io_err(&p))?;
         match f.write_all(text.as_bytes()) {
             Ok(()) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                Err(ResctrlError::NoCounter { path: p, status: self.last_cmd_status() })
+            // ENOSPC is what fs/resctrl returns; its status line says so whatever the errno.
+            Err(e) => {
+                let status = self.last_cmd_status();
+                if e.raw_os_error() == Some(libc::ENOSPC) || status.contains("Failed to allocate counter") {
+                    Err(ResctrlError::NoCounter { path: p, status })
+                } else {
+                    Err(ResctrlError::Io { path: p, error: e })
+                }
             }
-            Err(e) => Err(ResctrlError::Io { path: p, error: e }),
         }
     }
 

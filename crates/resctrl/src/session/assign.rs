@@ -33,6 +33,8 @@ pub(super) struct Counters {
     /// Counters per domain (the fewest any domain has) and what this run may use of them.
     pub(super) total: u32,
     pub(super) usable: u32,
+    /// An assignment the kernel refused for another reason than no free counter was said.
+    pub(super) said_refusal: bool,
 }
 
 /// Where a run notes that it turned `mbm_assign_on_mkdir` off (tmpfs: gone at reboot, with
@@ -75,6 +77,7 @@ impl Counters {
                     held: BTreeMap::new(),
                     total,
                     usable: 0,
+                    said_refusal: false,
                 })
             }
         })
@@ -164,7 +167,16 @@ impl ContainerGroups {
                         release(&self.rc, &m.group, e, &doms)?;
                     }
                     Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => {}
-                    Err(err) => return Err(err),
+                    // Anything else the kernel refuses costs this group its turn, not the run.
+                    Err(err) => {
+                        self.stats.counters_refused += 1;
+                        if !c.said_refusal {
+                            c.said_refusal = true;
+                            cachescope_platform::say!(
+                                "MBM counter for {id}: {err} (said once; counted in the summary)"
+                            );
+                        }
+                    }
                 }
             }
             if got.0 {
