@@ -48,6 +48,9 @@ impl Plan {
     }
 }
 
+/// The longest a turn waits for its holders to be measured, in turns.
+pub const MAX_TURN: u32 = 4;
+
 /// The rotation's state between turns.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -79,10 +82,12 @@ impl Planner {
     }
 
     /// The plan at `now` for `candidates` with `capacity` counters per domain (the fewest any
-    /// domain has for us). A new turn starts when the last one is `rotate_every` old; between
-    /// turns the holders stay, except that a container that left gives its counter up and a
-    /// newcomer takes a free one.
-    pub fn plan(&mut self, now: Duration, capacity: u32, candidates: &[Candidate]) -> &Plan {
+    /// domain has for us). A new turn starts when the last one is `rotate_every` old and
+    /// `measured` (every rotating holder was read at least twice since it got its counter: a
+    /// baseline and one figure; an overloaded collector reads less often than turns pass), or
+    /// at the latest when it is [`MAX_TURN`] turns old. Between turns the holders stay, except
+    /// that a container that left gives its counter up and a newcomer takes a free one.
+    pub fn plan(&mut self, now: Duration, capacity: u32, candidates: &[Candidate], measured: bool) -> &Plan {
         let cap = capacity as usize;
         let n = candidates.len();
         if n <= cap {
@@ -91,7 +96,10 @@ impl Planner {
             self.turn_started = None;
             return &self.last;
         }
-        let new_turn = self.turn_started.is_none_or(|t| now.saturating_sub(t) >= self.rotate_every);
+        let new_turn = self.turn_started.is_none_or(|t| {
+            let age = now.saturating_sub(t);
+            age >= self.rotate_every && (measured || age >= self.rotate_every * MAX_TURN)
+        });
         if !new_turn {
             self.between_turns(cap, candidates);
             return &self.last;
@@ -154,10 +162,10 @@ mod tests {
     #[test]
     fn enough_counters_everyone_keeps_one_and_local_too_when_both_fit() {
         let mut pl = Planner::new(Duration::from_secs(1));
-        let p = pl.plan(Duration::ZERO, 8, &cands(4)).clone();
+        let p = pl.plan(Duration::ZERO, 8, &cands(4), true).clone();
         assert_eq!(count(&p, Holding::Kept), 4);
         assert!(p.local);
-        let p = pl.plan(Duration::ZERO, 6, &cands(4)).clone();
+        let p = pl.plan(Duration::ZERO, 6, &cands(4), true).clone();
         assert_eq!(count(&p, Holding::Kept), 4);
         assert!(!p.local, "4 containers x 2 events do not fit 6");
         assert_eq!(p.cycle(), 1);
@@ -172,7 +180,7 @@ mod tests {
         let mut turns: BTreeMap<String, usize> = BTreeMap::new();
         let mut cycle = 0;
         for t in 0..20 {
-            let p = pl.plan(Duration::from_secs(t), 30, &c).clone();
+            let p = pl.plan(Duration::from_secs(t), 30, &c, true).clone();
             assert_eq!(p.holders.len(), 30, "every counter in use");
             assert_eq!(p.holders.get("c007"), Some(&Holding::Kept));
             assert_eq!(p.holders.get("c008"), Some(&Holding::Kept));
@@ -197,16 +205,29 @@ mod tests {
     fn within_a_turn_holders_stay_and_a_leaver_frees_its_counter_for_a_newcomer() {
         let mut pl = Planner::new(Duration::from_secs(10));
         let c = cands(10);
-        let first = pl.plan(Duration::ZERO, 4, &c).clone();
-        let again = pl.plan(Duration::from_secs(1), 4, &c).clone();
+        let first = pl.plan(Duration::ZERO, 4, &c, true).clone();
+        let again = pl.plan(Duration::from_secs(1), 4, &c, true).clone();
         assert_eq!(first, again, "no churn between turns");
         let gone = first.holders.keys().next().unwrap().clone();
         let mut c2: Vec<Candidate> = c.into_iter().filter(|x| x.id != gone).collect();
         c2.push(Candidate { id: "new".into(), pinned: true, occupancy: 0 });
-        let p = pl.plan(Duration::from_secs(2), 4, &c2).clone();
+        let p = pl.plan(Duration::from_secs(2), 4, &c2, true).clone();
         assert!(!p.holders.contains_key(&gone));
         assert_eq!(p.holders.get("new"), Some(&Holding::Kept), "a pinned newcomer takes the freed counter");
         assert_eq!(p.holders.len(), 4);
+    }
+
+    #[test]
+    fn a_turn_waits_until_its_holders_are_measured_or_four_turns_pass() {
+        let mut pl = Planner::new(Duration::from_secs(1));
+        let c = cands(10);
+        let first = pl.plan(Duration::ZERO, 4, &c, true).clone();
+        let t = |s: u64| Duration::from_secs(s);
+        assert_eq!(&first, pl.plan(t(2), 4, &c, false), "not measured yet: the turn goes on");
+        assert_ne!(&first, pl.plan(t(2), 4, &c, true), "measured: the next turn");
+        let second = pl.last().clone();
+        assert_eq!(&second, pl.plan(t(5), 4, &c, false));
+        assert_ne!(&second, pl.plan(t(6), 4, &c, false), "four turns at the most");
     }
 
     /// docs/counters.md's table: (usable counters, containers) → (kept, rotating, pool, cycle).
@@ -222,7 +243,7 @@ mod tests {
             (62, 200, 31, 31, 169, 6),
             (62, 500, 31, 31, 469, 16),
         ] {
-            let p = Planner::new(Duration::from_secs(2)).plan(Duration::ZERO, usable, &cands(n)).clone();
+            let p = Planner::new(Duration::from_secs(2)).plan(Duration::ZERO, usable, &cands(n), true).clone();
             assert_eq!(count(&p, Holding::Kept), kept, "{usable} counters, {n} containers");
             assert_eq!((p.rotating, p.pool, p.cycle()), (rotating, pool, cycle), "{usable} counters, {n} containers");
         }
@@ -231,12 +252,12 @@ mod tests {
     #[test]
     fn no_counters_no_holders_and_pinned_beyond_capacity_are_cut_in_id_order() {
         let mut pl = Planner::new(Duration::from_secs(1));
-        assert!(pl.plan(Duration::ZERO, 0, &cands(3)).holders.is_empty());
+        assert!(pl.plan(Duration::ZERO, 0, &cands(3), true).holders.is_empty());
         let mut c = cands(5);
         for x in &mut c {
             x.pinned = true;
         }
-        let p = pl.plan(Duration::from_secs(5), 2, &c).clone();
+        let p = pl.plan(Duration::from_secs(5), 2, &c, true).clone();
         assert_eq!(p.holders.keys().cloned().collect::<Vec<_>>(), ["c000", "c001"]);
     }
 }

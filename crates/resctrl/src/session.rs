@@ -58,6 +58,8 @@ struct Managed {
     occupancy: u64,
     /// Counter assignments so far: a new one restarts the count (a new generation).
     epoch: u64,
+    /// Reads since its last counter assignment (two make a figure: a baseline and a delta).
+    reads_since_assign: u32,
     /// Another owner's group (the runtime made it): read only; never removed, its tasks and
     /// counters left to its owner.
     foreign: bool,
@@ -162,8 +164,16 @@ impl ContainerGroups {
             let g = GroupRef { ctrl, name };
             let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
             let generation = self.rc.generation(&g).unwrap_or(0);
-            let m =
-                Managed { meta: c.meta.clone(), group: g, generation, reader, occupancy: 0, epoch: 0, foreign: true };
+            let m = Managed {
+                meta: c.meta.clone(),
+                group: g,
+                generation,
+                reader,
+                occupancy: 0,
+                epoch: 0,
+                reads_since_assign: 0,
+                foreign: true,
+            };
             self.groups.insert(id.to_string(), m);
             return Ok(None);
         }
@@ -204,7 +214,16 @@ impl ContainerGroups {
         }
         let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
         let generation = self.rc.generation(&g).unwrap_or(0);
-        let m = Managed { meta: c.meta.clone(), group: g, generation, reader, occupancy: 0, epoch: 0, foreign: false };
+        let m = Managed {
+            meta: c.meta.clone(),
+            group: g,
+            generation,
+            reader,
+            occupancy: 0,
+            epoch: 0,
+            reads_since_assign: 0,
+            foreign: false,
+        };
         self.groups.insert(c.id().to_string(), m);
         Ok(())
     }
@@ -315,6 +334,7 @@ impl CacheBackend for ContainerGroups {
                 }
                 continue;
             }
+            m.reads_since_assign = m.reads_since_assign.saturating_add(1);
             m.occupancy = self
                 .scratch
                 .iter()

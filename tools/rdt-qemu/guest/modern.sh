@@ -139,8 +139,9 @@ if [ "${cs_mode:-}" = snc ]; then
   the_end
 fi
 # cs_mode=assign (-device rdt,mbm-counters=32,rmids=128, AMD): cachescope's resctrl backend
-# owns the counters: 100 containers, one pinned (a stream of 16 MiB/s), 99 idle; the recording
-# and what the kernel says after cachescope has gone.
+# owns the counters: 100 containers, one pinned (a stream of 16 MiB/s), 99 idle, beside another
+# owner's group holding two counters per L3; the recording and what the kernel says after
+# cachescope has gone.
 if [ "${cs_mode:-}" = assign ]; then
   C=/sys/fs/cgroup/ctr
   mkdir -p $C
@@ -157,11 +158,13 @@ if [ "${cs_mode:-}" = assign ]; then
   taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work stream 16M 8 $((LLC * 4))" >/tmp/pin.out 2>&1 &
   PIN=$!
   wait_for pin allocated
+  # Another owner's group, with the two counters mkdir gave it: cachescope leaves them be.
+  mkdir $R/mon_groups/other
   say on_mkdir_before="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_before="$(cat $R/info/L3_MON/available_mbm_cntrs)"
-  # Every second (a TCG guest reads 600 counter files in about half a second), turns of 3 s.
+  # Every second (a TCG guest reads 300 counter files in a fraction of it), turns of 3 s.
   cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s \
-    --mbm-rotate 3s --mbm-pin 'ctr/pin' --jsonl --duration 40s >/tmp/rows.jsonl 2>/tmp/err.txt &
+    --mbm-rotate 3s --mbm-pin 'ctr/pin' --jsonl --duration 50s >/tmp/rows.jsonl 2>/tmp/err.txt &
   CS=$!
   sleep 5
   say on_mkdir_during="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
@@ -172,7 +175,8 @@ if [ "${cs_mode:-}" = assign ]; then
   say monitor_exit=$?
   say on_mkdir_after="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_after="$(cat $R/info/L3_MON/available_mbm_cntrs)"
-  say groups_left="$(ls $R/mon_groups | wc -l)"
+  say groups_left="$(ls $R/mon_groups | grep -c '^cachescope-')"
+  say other_assign="$(line $R/mon_groups/other/mbm_L3_assignments)"
   # A run killed with SIGKILL cannot put mbm_assign_on_mkdir back; the next one does.
   cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s >/dev/null 2>&1 &
   KILLED=$!
@@ -183,7 +187,7 @@ if [ "${cs_mode:-}" = assign ]; then
   cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s --duration 4s \
     >/dev/null 2>/tmp/err-next.txt
   say on_mkdir_next="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
-  say groups_left_next="$(ls $R/mon_groups | wc -l)"
+  say groups_left_next="$(ls $R/mon_groups | grep -c '^cachescope-')"
   the_end
 fi
 # cs_mode=snc_backend (as snc): cachescope's resctrl backend on SNC: a container on node 0's CPU

@@ -112,7 +112,13 @@ impl ContainerGroups {
         let avail = self.rc.counters_file("available_mbm_cntrs")?;
         let ours = c.held.len() as u32 + c.held.values().filter(|(_, l)| *l).count() as u32;
         c.usable = self.domains.iter().map(|d| AssignInfo::of(&avail, d.id) + ours).min().unwrap_or(0);
-        let plan = c.planner.plan(now, c.usable, &cands).clone();
+        // Every rotating holder read twice since its counter came (a baseline and a figure).
+        let measured = c
+            .held
+            .iter()
+            .filter(|(_, (h, _))| *h == MbmCounter::Rotating)
+            .all(|(id, _)| self.groups.get(id).is_none_or(|m| m.reads_since_assign >= 2));
+        let plan = c.planner.plan(now, c.usable, &cands, measured).clone();
         let doms: Vec<u32> = self.domains.iter().map(|d| d.id).collect();
         let _lock = self.rc.lock()?;
         // Releases first, so that what they free is there for the assignments.
@@ -154,6 +160,7 @@ impl ContainerGroups {
                     Ok(()) => {
                         self.stats.counters_assigned += 1;
                         m.epoch += 1;
+                        m.reads_since_assign = 0;
                         if e == "mbm_total_bytes" {
                             got.0 = true;
                         } else {
