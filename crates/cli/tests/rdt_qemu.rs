@@ -577,8 +577,11 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
         println!("{backend}: the victim held {before:.0} B and lost up to {lost:.0} B");
         // What the victim held before the thrasher's rise: its W = LLC/2 (the guest tags the
         // thrasher's container before its first instruction; LRU gives the victim a little
-        // less than its W beside the guest's own lines).
-        assert!(before > llc / 4.0 && before < llc / 2.0 * 1.1, "{backend}: the victim held {before} B before");
+        // less than its W beside the guest's own lines). With kmod, kernel work done on CPU 0
+        // while the victim is current (timer interrupts, the module's own 10 ms reads) fills
+        // lines under its RMID too: a CI run saw 2,490,368 B (1.19 W) on a loaded host.
+        let most = if backend == "kmod" { 1.25 } else { 1.1 };
+        assert!(before > llc / 4.0 && before < llc / 2.0 * most, "{backend}: the victim held {before} B before");
         assert!(lost > before / 2.0, "{backend}: the victim lost at most {lost} of {before} B");
         // Nothing but the thrasher is blamed.
         for e in eps {
