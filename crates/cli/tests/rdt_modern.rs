@@ -125,7 +125,7 @@ fn the_device_refuses_what_it_cannot_model() {
 }
 
 /// cachescope's resctrl backend owning the kernel's assignable counters: 100 containers on 32
-/// counters (the default group keeps 2, another owner's group 2: 28 usable), one pinned. Every
+/// counters per L3 (the default group keeps 2, another owner's group 2: 28 usable), one pinned. Every
 /// container gets bandwidth figures within the run (turns of 3 s, each rotating container
 /// measured one turn in 7, docs/counters.md; 50 s), the pinned one continuously and within 5 %
 /// of what its stream moved; rows without a counter are `unassigned` with no bandwidth, never
@@ -135,9 +135,7 @@ fn the_device_refuses_what_it_cannot_model() {
 #[test]
 fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     let Some((qemu, dir, work)) = device_machine("the device's assignable counters") else { return };
-    // One L3 (both vCPUs): 300 counter files a tick, read without IPIs, which a TCG guest
-    // keeps up with; two L3s are the kernel tests' (above).
-    let amd = "-cpu EPYC-Rome -smp 2,sockets=1 -device rdt,llc-size=4M,llc-ways=16,rmids=128,mbm-counters=32";
+    let amd = "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M,llc-ways=16,rmids=128,mbm-counters=32";
     let g = Guest { script: "modern.sh", kernel: "unstable", machine: amd, append: "cs_mode=assign", kmod: false };
     let out = dir.path().join("assign");
     let r = boot(&qemu, &work, &g, &out);
@@ -146,8 +144,8 @@ fn cachescope_assigns_the_counters_on_the_kernels_resctrl() {
     assert_eq!(r["on_mkdir_after"], "1", "put back at exit");
     assert_eq!(r["available_after"], r["available_before"], "every counter returned");
     assert_eq!(num(&r, "groups_left"), 0);
-    assert_eq!(r["available_before"], "0=28", "the default group's and the other owner's counters");
-    assert_eq!(r["other_assign"], "mbm_total_bytes:0=e mbm_local_bytes:0=e", "another owner's counters stay");
+    assert_eq!(r["available_before"], "0=28;1=28", "the default group's and the other owner's counters");
+    assert_eq!(r["other_assign"], "mbm_total_bytes:0=e;1=e mbm_local_bytes:0=e;1=e", "another owner's counters stay");
     assert_eq!(num(&r, "splats"), 0);
     // SIGKILLed, a run leaves it off; the next run puts it back, and removes the orphans.
     assert_eq!((r["on_mkdir_killed"].as_str(), r["on_mkdir_next"].as_str()), ("0", "1"));

@@ -162,7 +162,7 @@ if [ "${cs_mode:-}" = assign ]; then
   mkdir $R/mon_groups/other
   say on_mkdir_before="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   say available_before="$(cat $R/info/L3_MON/available_mbm_cntrs)"
-  # Every second (a TCG guest reads 300 counter files in a fraction of it), turns of 3 s.
+  # Every second (a TCG guest reads the 600 counter files in about half of it), turns of 3 s.
   cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s \
     --mbm-rotate 3s --mbm-pin 'ctr/pin' --jsonl --duration 50s >/tmp/rows.jsonl 2>/tmp/err.txt &
   CS=$!
