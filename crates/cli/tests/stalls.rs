@@ -31,7 +31,13 @@ struct Seen {
 
 /// Record a busy and an idle container with eBPF CPU time, `stall(pid)` 2.5 s in (it returns
 /// when the stall is over), for `secs` in all.
+/// One stall at a time: each test's busy container must have a CPU to itself (on a 2-CPU
+/// host four of them side by side left a busy loop whole 1 ms intervals without CPU, and its
+/// rows said 0 where it had waited: a CI run saw 4 such rows).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn stalled(name: &str, secs: u32, stall: impl FnOnce(u32)) -> Option<Seen> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let mut sb = sandbox(&format!("cachescope-stall-{name}"))?;
     let mut busy = Command::new("sh");
     busy.args(["-c", "while :; do :; done"]);
