@@ -161,20 +161,7 @@ impl ContainerGroups {
         // plugin): read that one, leave it to its owner.
         if let Some(name) = mon.filter(|n| crate::id_of_group(n).is_none()) {
             self.stats.foreign += 1;
-            let g = GroupRef { ctrl, name };
-            let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
-            let generation = self.rc.generation(&g).unwrap_or(0);
-            let m = Managed {
-                meta: c.meta.clone(),
-                group: g,
-                generation,
-                reader,
-                occupancy: 0,
-                epoch: 0,
-                reads_since_assign: 0,
-                foreign: true,
-            };
-            self.groups.insert(id.to_string(), m);
+            self.track(c, GroupRef { ctrl, name }, true);
             return Ok(None);
         }
         let g = match self.rc.create_group(&ctrl, id) {
@@ -212,6 +199,13 @@ impl ContainerGroups {
             Err(ResctrlError::Io { error, .. }) if error.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        self.track(c, g, false);
+        Ok(())
+    }
+
+    /// Open the counters of group `g` and follow it as container `c`'s (`foreign`: another
+    /// owner's, read only).
+    fn track(&mut self, c: &Container, g: GroupRef, foreign: bool) {
         let reader = self.rc.reader(&g, &self.domains, &self.events).ok();
         let generation = self.rc.generation(&g).unwrap_or(0);
         let m = Managed {
@@ -222,10 +216,9 @@ impl ContainerGroups {
             occupancy: 0,
             epoch: 0,
             reads_since_assign: 0,
-            foreign: false,
+            foreign,
         };
         self.groups.insert(c.id().to_string(), m);
-        Ok(())
     }
 
     /// Remove leftovers no running container claimed (once, at the first upkeep).
