@@ -47,6 +47,11 @@ fn note_on_mkdir() -> io::Result<()> {
 }
 
 impl Counters {
+    /// Counters this run holds per domain: one per holder, and one more where it holds local.
+    pub(super) fn in_use(&self) -> usize {
+        self.held.len() + self.held.values().filter(|(_, local)| *local).count()
+    }
+
     /// Where the kernel is in `mbm_event` mode, this run takes the counters over: new groups
     /// get none from mkdir (`mbm_assign_on_mkdir` off, put back at shutdown).
     pub(super) fn start(rc: &Resctrl, mon: &MonInfo, domains: &[Domain]) -> Result<Option<Counters>, ResctrlError> {
@@ -97,7 +102,7 @@ impl ContainerGroups {
 
     /// Counters per domain and how many this run holds, where they are assignable.
     pub fn counters_in_use(&self) -> Option<(usize, u32)> {
-        self.counters.as_ref().map(|c| (c.held.len() + c.held.values().filter(|(_, l)| *l).count(), c.total))
+        self.counters.as_ref().map(|c| (c.in_use(), c.total))
     }
 
     /// Give counters to the containers the plan names and take them from the others.
@@ -110,7 +115,7 @@ impl ContainerGroups {
             .map(|(id, m)| Candidate { id: id.clone(), pinned: (c.pinned)(&m.meta), occupancy: m.occupancy })
             .collect();
         let avail = self.rc.counters_file("available_mbm_cntrs")?;
-        let ours = c.held.len() as u32 + c.held.values().filter(|(_, l)| *l).count() as u32;
+        let ours = c.in_use() as u32;
         c.usable = self.domains.iter().map(|d| AssignInfo::of(&avail, d.id) + ours).min().unwrap_or(0);
         // Every rotating holder read twice since its counter came (a baseline and a figure).
         let measured = c
