@@ -41,6 +41,7 @@ APT_NEEDS=(
   "dpkg-shlibdeps:dpkg-dev"  # the binary package's dependencies (scripts/package.sh)
   "kubectl:kubernetes-client"  # renders deploy/kubernetes's kustomization (kubectl kustomize)
   "valgrind:valgrind"  # counts the hot path's instructions (crates/cli/tests/instructions.rs)
+  "protoc:protobuf-compiler"  # the CRI's protos, for the pod test's CRI client (crates/cli/tests/kubernetes.rs)
 )
 APT_HEADERS=(
   "/usr/share/tesseract-ocr/5/tessdata/eng.traineddata:tesseract-ocr-eng"

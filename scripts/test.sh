@@ -5,6 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# A clean clone gains nothing from incremental state, which is most of a debug target's size.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+tdir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$tdir"
+free_gb=$(df -P -BG "$tdir" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+echo "test: ${free_gb} GiB free where $tdir lives (a full run writes about 6 GiB there and 1 GiB under ${TMPDIR:-/tmp})"
+if [ "${free_gb:-0}" -lt 4 ]; then
+  echo "test: not enough disk: ${free_gb} GiB free at $tdir; free some and run again" >&2
+  exit 1
+fi
 echo "== rustfmt"
 cargo fmt --all -- --check
 echo "== clippy"
@@ -32,7 +42,8 @@ mkdir -p "$(dirname "$out")"
 # CACHESCOPE_REQUIRE_ALL=1 (CI: our machines run every tier) a skip fails its test instead.
 export CACHESCOPE_SKIPS="$PWD/${CARGO_TARGET_DIR:-target}/test-skips.txt"
 rm -f "$CACHESCOPE_SKIPS"
-cargo test --workspace --locked 2>&1 | tee "$out"
+# --no-fail-fast: one failing binary does not hide the others' results.
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$out"
 echo "== fuzz (every target briefly; scripts/fuzz.sh with no argument runs 10 minutes each)"
 scripts/fuzz.sh "${CACHESCOPE_FUZZ_SECONDS:-10}"
 # One closing line over all test binaries: the harness's ignored tests and the tests that

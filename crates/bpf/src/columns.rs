@@ -445,8 +445,22 @@ impl PmuSource for PmuColumns {
         let secs = period.as_secs_f64().max(1e-9);
         let per: Vec<String> = self
             .by_id
-            .keys()
-            .map(|id| format!("{id} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs))
+            .iter()
+            .map(|(id, m)| {
+                // A name is the runtime's: control characters are shown escaped, never sent.
+                let name: String = m
+                    .view_label()
+                    .chars()
+                    .flat_map(|c| {
+                        c.is_control()
+                            .then(|| c.escape_default())
+                            .into_iter()
+                            .flatten()
+                            .chain((!c.is_control()).then_some(c))
+                    })
+                    .collect();
+                format!("{name} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs)
+            })
             .collect();
         self.cpu_ns.clear();
         if self.counted.pmu.iter().any(|&b| b) {

@@ -278,7 +278,7 @@ impl Accumulator {
                 let rate = |v: u64| a.mbm_seen.then(|| v as f64 / secs);
                 out.push(ViewRow {
                     id: id.clone(),
-                    label: a.meta.as_ref().map_or_else(|| id.clone(), |m| printable(m.label())),
+                    label: a.meta.as_ref().map_or_else(|| id.clone(), |m| printable(&m.view_label())),
                     domain: Some(*domain),
                     rmid: a.rmid,
                     status: a.status,

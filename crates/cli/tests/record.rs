@@ -8,10 +8,9 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use common::{bin, docker, parquet_files, sandbox};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use common::{bin, busybox_image, docker, get, parquet_files, read, sandbox};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -42,19 +41,6 @@ bandwidth_mbps = 200
 local_fraction = 1.0
 start_ms = 500
 "#;
-
-fn read(files: &[PathBuf]) -> (Vec<RecordBatch>, BTreeMap<String, String>) {
-    let mut out = Vec::new();
-    let mut md = BTreeMap::new();
-    for f in files {
-        let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(f).unwrap()).unwrap();
-        for kv in b.metadata().file_metadata().key_value_metadata().unwrap() {
-            md.insert(kv.key.clone(), kv.value.clone().unwrap_or_default());
-        }
-        out.extend(b.build().unwrap().map(|r| r.unwrap()));
-    }
-    (out, md)
-}
 
 #[derive(Debug, Clone)]
 struct R {
@@ -260,14 +246,6 @@ fn refusals() {
     let bad = dir.path().join("bad.parquet");
     std::fs::write(&bad, b"not parquet at all").unwrap();
     one_line_error(&["report", bad.to_str().unwrap()], 2, "bad.parquet");
-}
-
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body)
 }
 
 #[test]
@@ -749,30 +727,6 @@ fn nested_containers_are_each_reported_and_charged() {
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
 }
 
-/// A local image holding busybox (no registry: `docker import` / `podman import` of a
-/// one-binary root), for the runtime `cli` (docker or podman).
-fn busybox_image(cli: &str) -> Option<&'static str> {
-    const IMAGE: &str = "localhost/cachescope-test-busybox:1";
-    let ok = |args: &[&str]| Command::new(cli).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if ok(&["image", "inspect", IMAGE]).is_ok_and(|s| s.success()) {
-        return Some(IMAGE);
-    }
-    let root = tempfile::tempdir().ok()?;
-    std::fs::create_dir(root.path().join("bin")).ok()?;
-    std::fs::copy("/usr/bin/busybox", root.path().join("bin/busybox")).ok()?;
-    for c in ["sh", "sleep"] {
-        std::os::unix::fs::symlink("busybox", root.path().join("bin").join(c)).ok()?;
-    }
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("tar -C {} -c . | {cli} import - {IMAGE}", root.path().display()))
-        .stdout(Stdio::null())
-        .status()
-        .ok()?
-        .success();
-    ok.then_some(IMAGE)
-}
-
 /// `record --listen` while the runtime `cli` starts a labelled container: its name and pod
 /// (the `io.kubernetes.pod.*` labels a kubelet sets, which only the API tells) reach the
 /// Parquet file and /metrics. `run_extra`: flags the runtime needs here.
@@ -921,142 +875,6 @@ fn podman_containers_named_by_the_runtime() {
     if let Err(p) = r {
         std::panic::resume_unwind(p);
     }
-}
-
-/// containerd, as a kubelet's CRI plugin runs containers: a container in a pod's cgroup
-/// (`kubepods/besteffort/pod<uid>/<id>`) whose OCI spec carries the CRI's annotations (pod
-/// name, namespace, uid, container name, image). The CRI plugin itself is not driven (no CRI
-/// client is packaged here: crictl is not in Debian); `ctr` sets the same annotations on a real
-/// containerd, and cachescope reads them from the bundle containerd writes for runc.
-#[test]
-fn containerd_kubernetes_identity_from_the_bundle() {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        return cachescope_testkit::skip("not root");
-    }
-    if Command::new("ctr").arg("--version").output().is_err()
-        || Command::new("containerd").arg("--version").output().is_err()
-    {
-        return cachescope_testkit::skip("containerd is not installed (docker.io brings it)");
-    }
-    if docker(&["info", "--format", "{{.ServerVersion}}"]).is_none() {
-        return cachescope_testkit::skip("no Docker daemon to build the image with");
-    }
-    let Some(image) = busybox_image("docker") else {
-        return cachescope_testkit::skip("no busybox image (busybox-static)");
-    };
-    let sock = Path::new("/run/containerd/containerd.sock");
-    let mut daemon = None;
-    if std::os::unix::net::UnixStream::connect(sock).is_err() {
-        daemon = Some(Command::new("containerd").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::os::unix::net::UnixStream::connect(sock).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    let ctr = |args: &[&str]| Command::new("ctr").args(["-n", "k8s.io"]).args(args).output().unwrap();
-    let import = Command::new("sh")
-        .arg("-c")
-        .arg(format!("docker save {image} | ctr -n k8s.io images import -"))
-        .output()
-        .unwrap();
-    assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
-    let pid = std::process::id();
-    let id = format!("{:0>64x}", u128::from(pid) << 64 | 0xcafe);
-    let uid = format!("0c5e7a11-0000-4000-8000-{pid:012}");
-    let cgroup = format!("kubepods/besteffort/pod{uid}/{id}");
-
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("rec");
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let rec = bin()
-        .args(["record", "--duration", "30s", "--listen", &addr, "--output"])
-        .arg(&out_dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    let ann = |k: &str, v: &str| format!("io.kubernetes.cri.{k}={v}");
-    let run = ctr(&[
-        "run",
-        "-d",
-        "--cgroup",
-        &cgroup,
-        "--annotation",
-        &ann("container-type", "container"),
-        "--annotation",
-        &ann("container-name", "app"),
-        "--annotation",
-        &ann("sandbox-name", "web-0"),
-        "--annotation",
-        &ann("sandbox-namespace", "shop"),
-        "--annotation",
-        &ann("sandbox-uid", &uid),
-        "--annotation",
-        &ann("image-name", image),
-        image,
-        &id,
-        "sleep",
-        "30",
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let mut page = String::new();
-    while run.status.success() && Instant::now() < deadline {
-        page = get(&addr, "/metrics").unwrap_or_default();
-        if page.lines().any(|l| l.contains(&id) && l.contains("web-0")) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = ctr(&["tasks", "kill", "-s", "KILL", &id]);
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = ctr(&["tasks", "rm", "-f", &id]);
-    let _ = ctr(&["containers", "rm", &id]);
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: kill(2) on our own child's pid; no memory is involved.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
-    let out = rec.wait_with_output().unwrap();
-    // The pod's cgroup (runc removes the container's only), in every hierarchy; then the
-    // kubepods parents where empty.
-    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        for d in [format!("kubepods/besteffort/pod{uid}"), "kubepods/besteffort".into(), "kubepods".into()] {
-            let _ = std::fs::remove_dir(h.path().join(d));
-        }
-    }
-    if let Some(mut d) = daemon {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while d.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = d.kill();
-        let _ = d.wait();
-        // A socket left behind would make the next dockerd dial it instead of starting its own.
-        for f in ["containerd.sock", "containerd.sock.ttrpc"] {
-            let _ = std::fs::remove_file(sock.with_file_name(f));
-        }
-    }
-    assert!(run.status.success(), "ctr run: {}", String::from_utf8_lossy(&run.stderr));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let (batches, _) = read(&parquet_files(&out_dir));
-    let mut named = 0;
-    for b in &batches {
-        let s = |n: &str| b.column_by_name(n).unwrap().as_string::<i32>().clone();
-        let (ids, names, pods, nss, uids) =
-            (s("container_id"), s("container_name"), s("pod_name"), s("pod_namespace"), s("pod_uid"));
-        for i in 0..b.num_rows() {
-            if ids.value(i) == id {
-                assert_eq!((names.value(i), pods.value(i), nss.value(i)), ("app", "web-0", "shop"));
-                assert_eq!(uids.value(i), uid, "from the cgroup path");
-                named += 1;
-            }
-        }
-    }
-    assert!(named > 0, "rows of {id}: {err}");
-    let line = page.lines().find(|l| l.contains(&id)).unwrap_or_default();
-    assert!(line.contains("container_name=\"app\"") && line.contains("pod_namespace=\"shop\""), "{line}");
 }
 
 /// A Python snippet against the local S3 store (boto3 comes with moto).

@@ -109,6 +109,20 @@ impl ContainerMeta {
         self.name().unwrap_or(&self.id)
     }
 
+    /// What the live view calls it: `namespace/pod/container` for a container a kubelet made
+    /// (as kubectl names a pod, then the container's name in the pod's spec), else [`label`].
+    ///
+    /// [`label`]: ContainerMeta::label
+    pub fn view_label(&self) -> String {
+        match (self.pod_namespace(), self.pod_name()) {
+            (ns, Some(pod)) => {
+                let c = self.pod_container().or(self.name()).unwrap_or(&self.id);
+                ns.map_or_else(|| format!("{pod}/{c}"), |ns| format!("{ns}/{pod}/{c}"))
+            }
+            _ => self.label().to_string(),
+        }
+    }
+
     /// Its name: the runtime's latest answer (it follows renames), else the cgroup side's (a
     /// scenario, Docker's local state when the container was found).
     pub fn name(&self) -> Option<&str> {
@@ -292,5 +306,22 @@ mod runtime_cell_tests {
         let copy = (*holder).clone();
         assert_eq!(copy.name(), Some("web-renamed"));
         assert_eq!(copy, *holder);
+    }
+
+    #[test]
+    fn the_live_view_names_a_pods_container_as_kubectl_would() {
+        let plain = ContainerMeta { id: "abc".into(), name: Some("web".into()), ..Default::default() };
+        assert_eq!(plain.view_label(), "web");
+        let kube = ContainerMeta { id: "abc".into(), name: Some("k8s_app_web-0".into()), ..Default::default() };
+        kube.runtime.set(RuntimeMeta {
+            name: Some("k8s_app_web-0".into()),
+            pod_name: Some("web-0".into()),
+            pod_namespace: Some("shop".into()),
+            pod_container: Some("app".into()),
+            ..Default::default()
+        });
+        assert_eq!(kube.view_label(), "shop/web-0/app");
+        let no_ns = ContainerMeta { id: "abc".into(), pod_name: Some("web-0".into()), ..Default::default() };
+        assert_eq!(no_ns.view_label(), "web-0/abc");
     }
 }

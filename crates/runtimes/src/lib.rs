@@ -3,7 +3,14 @@
 //! kubelet made the container for (its `io.kubernetes.pod.*` labels). For the CRI runtimes
 //! (containerd, CRI-O), whose APIs are gRPC, the same identity is read from the OCI bundle the
 //! runtime writes for each container ([`Bundles`]): the CRI sets the pod's name, namespace and
-//! uid, the container's name and its image as annotations of the OCI spec.
+//! uid, the container's name and its image as annotations of the OCI spec. The bundle is
+//! read rather than asked of the CRI (`ContainerStatus` on the runtime's socket, as the kubelet
+//! does): the annotations are the ones the CRI plugin derives from the kubelet's request, the
+//! same values its API would return; a file read needs no gRPC client in the daemon and no
+//! socket path per runtime; and it is there from the container's first instruction, while
+//! the runtime's API can be slow or busy exactly when a node is loaded. cAdvisor, for its
+//! part, asks containerd's own API (not the CRI) for the same spec. Tested against containerd's
+//! CRI plugin driven as a kubelet drives it (crates/cli/tests/kubernetes.rs).
 //!
 //! Never on the sampling path: a [`Resolver`] thread asks, and fills the container's
 //! [`ContainerMeta::runtime`] once answered (every holder of the container's `Arc` sees it);

@@ -3,7 +3,11 @@
 
 pub mod rdt;
 
+use arrow_array::RecordBatch;
 use cachescope_cgroups::sandbox::Sandbox;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -145,4 +149,51 @@ pub fn release_bin() -> PathBuf {
         Path::new(&target).join("release/cachescope")
     })
     .clone()
+}
+
+/// The record batches of Parquet `files`, and their key-value metadata.
+pub fn read(files: &[PathBuf]) -> (Vec<RecordBatch>, BTreeMap<String, String>) {
+    let mut out = Vec::new();
+    let mut md = BTreeMap::new();
+    for f in files {
+        let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(f).unwrap()).unwrap();
+        for kv in b.metadata().file_metadata().key_value_metadata().unwrap() {
+            md.insert(kv.key.clone(), kv.value.clone().unwrap_or_default());
+        }
+        out.extend(b.build().unwrap().map(|r| r.unwrap()));
+    }
+    (out, md)
+}
+
+/// `GET path` over HTTP/1.0 from `addr`: the whole answer, headers included.
+pub fn get(addr: &str, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+/// A local image holding busybox (no registry: `docker import` / `podman import` of a
+/// one-binary root), for the runtime `cli` (docker or podman).
+pub fn busybox_image(cli: &str) -> Option<&'static str> {
+    const IMAGE: &str = "localhost/cachescope-test-busybox:1";
+    let ok = |args: &[&str]| Command::new(cli).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if ok(&["image", "inspect", IMAGE]).is_ok_and(|s| s.success()) {
+        return Some(IMAGE);
+    }
+    let root = tempfile::tempdir().ok()?;
+    std::fs::create_dir(root.path().join("bin")).ok()?;
+    std::fs::copy("/usr/bin/busybox", root.path().join("bin/busybox")).ok()?;
+    for c in ["sh", "sleep"] {
+        std::os::unix::fs::symlink("busybox", root.path().join("bin").join(c)).ok()?;
+    }
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("tar -C {} -c . | {cli} import - {IMAGE}", root.path().display()))
+        .stdout(Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(IMAGE)
 }
