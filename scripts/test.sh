@@ -10,7 +10,7 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 tdir="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$tdir"
 free_gb=$(df -P -BG "$tdir" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
-echo "test: ${free_gb} GiB free where $tdir lives (a full run writes about 6 GiB there and 1 GiB under ${TMPDIR:-/tmp})"
+echo "test: ${free_gb} GiB free where $tdir lives (a full run writes about 3 GiB there and 1 GiB under ${TMPDIR:-/tmp})"
 if [ "${free_gb:-0}" -lt 4 ]; then
   echo "test: not enough disk: ${free_gb} GiB free at $tdir; free some and run again" >&2
   exit 1

@@ -2,7 +2,7 @@
 //! and each container's threads and CPU use read from its cgroup.
 
 use crate::identity::{Glob, Runtime};
-use crate::watch::{Event, Lifecycle, Watcher};
+use crate::watch::{Early, Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
@@ -32,6 +32,12 @@ pub struct HostContainers {
 impl HostContainers {
     /// Watch the cgroup v2 tree of `h` for containers (runtimes by name, and `globs`).
     pub fn start(h: &Hierarchy, globs: Vec<Glob>) -> Result<HostContainers, CgroupError> {
+        Self::start_with(h, globs, None)
+    }
+
+    /// As [`start`](Self::start), telling `early` of each container that starts, in the
+    /// watcher's thread, as soon as its cgroup appears.
+    pub fn start_with(h: &Hierarchy, globs: Vec<Glob>, early: Option<Early>) -> Result<HostContainers, CgroupError> {
         let what = if globs.is_empty() {
             "containers of the runtimes recognised by name".to_string()
         } else {
@@ -39,7 +45,7 @@ impl HostContainers {
         };
         // inotify reports changes as they happen; the full walk is a safety net for what it
         // cannot see (a queue overflow), and costs a walk of the whole tree.
-        let (watcher, events) = Watcher::start(&h.root, globs, Duration::from_secs(10))?;
+        let (watcher, events) = Watcher::start_with(&h.root, globs, Duration::from_secs(10), None, early)?;
         Ok(HostContainers {
             watcher: Some(watcher),
             events,

@@ -19,6 +19,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+/// Called in the watcher's thread the moment a new container's cgroup is seen, before the
+/// event reaches the engine: with the container's id and its cgroup directory. A backend that
+/// must act before the container's first instruction (resctrl's tagger) acts from here.
+pub type Early = Box<dyn Fn(&str, &Path) + Send>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lifecycle {
     Started,
@@ -48,6 +53,8 @@ struct State {
     /// Watches this watcher may hold (None: as many as the kernel gives). Tests set it to
     /// reach the watch limit without lowering the host's.
     limit: Option<usize>,
+    /// Told of each container started after the first walk.
+    early: Option<Early>,
 }
 
 impl State {
@@ -99,6 +106,9 @@ impl State {
                 self.emit(Lifecycle::Started, c);
             }
             None => {
+                if let Some(f) = &self.early {
+                    f(&c.identity.id, &self.root.join(&c.rel));
+                }
                 self.known.insert(c.rel.clone(), c.clone());
                 self.emit(Lifecycle::Started, c);
             }
@@ -220,6 +230,18 @@ impl Watcher {
         reconcile_every: Duration,
         limit: Option<usize>,
     ) -> Result<(Watcher, Receiver<Event>), CgroupError> {
+        Self::start_with(root, globs, reconcile_every, limit, None)
+    }
+
+    /// As [`start_limited`](Self::start_limited), telling `early` of every container that
+    /// starts from now on, as soon as its cgroup is seen.
+    pub fn start_with(
+        root: &Path,
+        globs: Vec<Glob>,
+        reconcile_every: Duration,
+        limit: Option<usize>,
+        early: Option<Early>,
+    ) -> Result<(Watcher, Receiver<Event>), CgroupError> {
         let inotify =
             Inotify::init().map_err(|error| CgroupError::Io { path: PathBuf::from("inotify_init1"), error })?;
         let (tx, rx) = channel();
@@ -232,8 +254,10 @@ impl Watcher {
             tx,
             unwatched: 0,
             limit,
+            early: None,
         };
         st.reconcile()?;
+        st.early = early;
         let stop = Arc::new(AtomicBool::new(false));
         let watches = Arc::new(AtomicUsize::new(st.wd_path.len()));
         let unwatched = Arc::new(AtomicUsize::new(st.unwatched));

@@ -12,7 +12,7 @@
 
 use crate::error::CliError;
 use cachescope_cgroups::identity::{identify, Glob};
-use cachescope_resctrl::{GroupRef, Resctrl, ResctrlError};
+use cachescope_resctrl::Resctrl;
 use std::io::Read;
 use std::path::Path;
 
@@ -89,14 +89,8 @@ fn tag(proc_root: &Path, pid: u32, globs: &[Glob]) -> Result<String, String> {
     let (cgroup, id) = container_of(proc_root, pid, globs)?;
     let rc = Resctrl::find(proc_root).map_err(|e| e.to_string())?;
     let _lock = rc.lock().map_err(|e| e.to_string())?;
-    let (ctrl, _) = rc.group_of_task(pid);
-    let g = match rc.create_group(&ctrl, &id) {
-        Ok(g) => g,
-        Err(ResctrlError::Mkdir { error, .. }) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-            GroupRef { ctrl, name: cachescope_resctrl::group_name(&id).map_err(|e| e.to_string())? }
-        }
-        Err(e) => return Err(e.to_string()),
-    };
+    let (ctrl, _) = rc.groups_of_thread(pid);
+    let g = rc.ensure_group(&ctrl, &id).map_err(|e| e.to_string())?;
     let task = proc_root.join(pid.to_string()).join("task");
     let mut list = || -> std::io::Result<Vec<u32>> {
         Ok(std::fs::read_dir(&task)?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())

@@ -22,6 +22,7 @@ use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
 use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
+use cachescope_resctrl::tagger::Tagger;
 use cachescope_resctrl::{ContainerGroups, CounterPolicy, Resctrl};
 use cachescope_rmid::Config;
 use cachescope_sinks::parquet::Provenance;
@@ -637,8 +638,15 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     let i = info("resctrl".into(), cpuid, None, l3_bytes);
     // Checked before the backend turns the kernel's mbm_assign_on_mkdir off.
     let policy = args.counter_policy()?;
-    let groups =
-        ContainerGroups::new(rc, resctrl_info(i, upscale)).map_err(CliError::unavailable)?.with_counter_policy(policy);
+    // Young containers tagged at their first thread, before the engine attaches them.
+    let (tagger, young) = Tagger::start(rc.clone(), |dir| {
+        cachescope_cgroups::threads(dir, "", true).map_err(|e| std::io::Error::other(e.to_string()))
+    })
+    .map_err(|e| CliError::unavailable(format!("resctrl's tagger: {e}")))?;
+    let groups = ContainerGroups::new(rc, resctrl_info(i, upscale))
+        .map_err(CliError::unavailable)?
+        .with_counter_policy(policy)
+        .with_tagger(tagger);
     // With Sub-NUMA Clustering the rows' domains are nodes: the PMU columns follow them.
     let snc = groups.domains().iter().any(|d| !d.sub.is_empty());
     let node = |c: u32| cachescope_platform::topology::numa_node_of(Path::new("/sys"), c);
@@ -650,7 +658,10 @@ fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     })?;
     Ok(Built {
         backend: Box::new(groups),
-        containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),
+        containers: Box::new(
+            HostContainers::start_with(&h, args.globs(&h)?, Some(Box::new(move |id, dir| young.young(id, dir))))
+                .map_err(CliError::unavailable)?,
+        ),
         pmu,
         world: None,
         interval,

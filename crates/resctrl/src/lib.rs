@@ -11,6 +11,7 @@
 
 pub mod counters;
 pub mod session;
+pub mod tagger;
 mod value;
 
 pub use session::{ContainerGroups, CounterPolicy, SessionStats};
@@ -393,6 +394,28 @@ impl Resctrl {
             .into_iter()
             .find(|name| id_of_group(name).is_none() && has(&GroupRef { ctrl: ctrl.clone(), name: name.clone() }));
         (ctrl, mon)
+    }
+
+    /// The CTRL_MON group ("" = default) and MON group (None: none) thread `tid` is in: as
+    /// /proc/TID/resctrl says, or, on kernels without it (CONFIG_PROC_CPU_RESCTRL, off in
+    /// Debian's), as the groups' tasks files say.
+    pub fn groups_of_thread(&self, tid: u32) -> (String, Option<String>) {
+        let proc = Path::new("/proc");
+        if proc.join(tid.to_string()).join("resctrl").exists() {
+            return (ctrl_group_of(proc, tid).unwrap_or_default(), mon_group_of(proc, tid));
+        }
+        self.group_of_task(tid)
+    }
+
+    /// Container `id`'s MON group under `ctrl`: made, or the one of that name already there
+    /// (a hook's, or the tagger's). Call under [`lock`](Self::lock).
+    pub fn ensure_group(&self, ctrl: &str, id: &str) -> Result<GroupRef, ResctrlError> {
+        match self.create_group(ctrl, id) {
+            Err(ResctrlError::Mkdir { error, .. }) if error.kind() == io::ErrorKind::AlreadyExists => {
+                Ok(GroupRef { ctrl: ctrl.to_string(), name: group_name(id)? })
+            }
+            r => r,
+        }
     }
 
     /// Our groups (left over from an earlier run, or live), with their container ids.

@@ -20,7 +20,6 @@ use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event};
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +77,8 @@ pub struct ContainerGroups {
     /// CLOCK_MONOTONIC at the run's t = 0, once the engine has said (see `collect`).
     origin: Option<Duration>,
     counters: Option<Counters>,
+    /// Tags young containers at their first thread (see [`crate::tagger`]).
+    tagger: Option<crate::tagger::Tagger>,
 }
 
 /// The CTRL_MON group the runtime put a container in ("" = the default group) and the MON
@@ -86,12 +87,7 @@ pub struct ContainerGroups {
 /// tell.
 fn groups_of(rc: &Resctrl, src: &dyn ContainerSource, id: &str) -> (String, Option<String>) {
     let Some(tid) = src.threads(id).ok().and_then(|t| t.first().copied()) else { return (String::new(), None) };
-    let proc = Path::new("/proc");
-    if proc.join(tid.to_string()).join("resctrl").exists() {
-        let ctrl = crate::ctrl_group_of(proc, tid).unwrap_or_default();
-        return (ctrl, crate::mon_group_of(proc, tid));
-    }
-    rc.group_of_task(tid)
+    rc.groups_of_thread(tid)
 }
 
 impl ContainerGroups {
@@ -121,7 +117,15 @@ impl ContainerGroups {
             scratch: Vec::new(),
             origin: None,
             counters,
+            tagger: None,
         })
+    }
+
+    /// Young containers tagged at their first thread by `tagger` (its sender goes to the
+    /// cgroup watcher); stopped at shutdown before the groups go.
+    pub fn with_tagger(mut self, tagger: crate::tagger::Tagger) -> ContainerGroups {
+        self.tagger = Some(tagger);
+        self
     }
 
     pub fn resctrl(&self) -> &Resctrl {
@@ -417,6 +421,14 @@ impl CacheBackend for ContainerGroups {
     }
 
     fn shutdown(&mut self) -> Result<Vec<String>, String> {
+        // First, so that it makes no group once ours are gone.
+        let tagger = self.tagger.take();
+        let tagged = tagger.as_ref().map(|t| {
+            let s = t.stats();
+            let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            (n(&s.tagged), n(&s.threads_moved), n(&s.left))
+        });
+        drop(tagger);
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for id in ids {
             self.remove(&id).map_err(text)?;
@@ -435,6 +447,11 @@ impl CacheBackend for ContainerGroups {
             out.push(format!(
                 "MBM counters: {} assigned, {} released, {} refused (none free)",
                 st.counters_assigned, st.counters_released, st.counters_refused
+            ));
+        }
+        if let Some((tagged, threads, left)) = tagged {
+            out.push(format!(
+                "young containers tagged at their first thread: {tagged} ({threads} threads moved; {left} left to their owner or the RMID policy)"
             ));
         }
         if st.foreign > 0 {

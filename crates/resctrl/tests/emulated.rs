@@ -427,3 +427,60 @@ fn hostile_container_ids_are_refused() {
     let v = Value::parse(b"Unassigned\n");
     assert_eq!(v.map(Value::status), Some(Status::Unassigned));
 }
+
+/// The threads a fake cgroup directory lists (its `threads` file).
+fn fake_threads(dir: &Path) -> std::io::Result<Vec<u32>> {
+    Ok(std::fs::read_to_string(dir.join("threads"))?.split_whitespace().filter_map(|t| t.parse().ok()).collect())
+}
+
+/// Until `what` holds, at most 2 s.
+fn eventually(what: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        if what() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    what()
+}
+
+/// The tagger: a new container gets its group when its cgroup reports its first thread
+/// (`cgroup.events` changes), not before; a thread that joins while it is young follows; a
+/// container whose first thread sits in another owner's MON group is left to it.
+#[test]
+fn young_containers_are_tagged_at_their_first_thread() {
+    let Some(m) = mount(Options::default()) else { return };
+    let root = m.root();
+    std::fs::create_dir(root.join("mon_groups/theirs")).unwrap();
+    std::fs::write(root.join("mon_groups/theirs/tasks"), "104\n").unwrap();
+    let cg = tempfile::tempdir().unwrap();
+    let (young, taken) = (cg.path().join("young"), cg.path().join("taken"));
+    for d in [&young, &taken] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("cgroup.events"), "populated 0\nfrozen 0\n").unwrap();
+        std::fs::write(d.join("threads"), "").unwrap();
+    }
+    let (tagger, tx) = cachescope_resctrl::tagger::Tagger::start(Resctrl::at(root), fake_threads).unwrap();
+    tx.young("young", &young);
+    tx.young("taken", &taken);
+    std::thread::sleep(Duration::from_millis(200));
+    let group = root.join("mon_groups/cachescope-young");
+    assert!(!group.exists(), "no group for an empty cgroup");
+    let populate = |d: &Path, tids: &str| {
+        std::fs::write(d.join("threads"), tids).unwrap();
+        std::fs::write(d.join("cgroup.events"), "populated 1\nfrozen 0\n").unwrap();
+    };
+    populate(&young, "101\n");
+    populate(&taken, "104\n");
+    let tasks = || std::fs::read_to_string(group.join("tasks")).unwrap_or_default();
+    assert!(eventually(|| tasks().contains("101")), "tagged at its first thread: {:?}", tasks());
+    populate(&young, "101\n102\n");
+    assert!(eventually(|| tasks().contains("102")), "a thread that joined later: {:?}", tasks());
+    assert!(!root.join("mon_groups/cachescope-taken").exists(), "another owner's container");
+    assert_eq!(std::fs::read_to_string(root.join("mon_groups/theirs/tasks")).unwrap(), "104\n");
+    let s = tagger.stats();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((n(&s.tagged) >= 1, n(&s.threads_moved), n(&s.left)), (true, 2, 1));
+    drop(tagger);
+}

@@ -11,7 +11,7 @@
 #   assign (-device rdt,mbm-counters=32): cachescope assigning the counters (below).
 #   snc_backend (as snc): cachescope's resctrl backend with a node per domain (below).
 #   share: another owner's group and a crashed run's orphan (below).
-#   hook: a container's first 50 ms, tagged at cachescope's poll and by its OCI hook (below).
+#   hook: a container's first 50 ms, tagged by cachescope's watcher (its tagger) and by its OCI hook (below).
 . "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -272,8 +272,11 @@ if [ "${cs_mode:-}" = share ]; then
   the_end
 fi
 # cs_mode=hook: a container (runc, pinned to CPU 0) that fills a quarter of the LLC in its
-# first 50 ms and then sleeps, while cachescope's resctrl backend runs: tagged at its poll, and
-# tagged by `cachescope hook oci` as runc's createRuntime hook. What its group holds, per the
+# first 50 ms and then sleeps, while cachescope's resctrl backend runs: tagged by the backend's
+# tagger when its cgroup gets its first thread, and tagged by `cachescope hook oci` as runc's
+# createRuntime hook. Sampled every 2 s: the engine attaches a new container at its next
+# wake-up, later than runc (about a second here from cgroup to exec) starts the program, so the
+# tagger is what tags it in time. What its group holds, per the
 # kernel, is what was charged to it.
 if [ "${cs_mode:-}" = hook ]; then
   W=$((LLC / 4))
@@ -294,14 +297,14 @@ if [ "${cs_mode:-}" = hook ]; then
  "linux": {"cgroupsPath": "/ctr/$1", "namespaces": [{"type": "pid"}, {"type": "mount"}]}}
 JSON
   }
-  bundle polled none
+  bundle watched none
   bundle hooked hook
   mkdir -p /sys/fs/cgroup/ctr
-  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 250ms \
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 2s \
     --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
   CS=$!
   sleep 2
-  for n in polled hooked; do
+  for n in watched hooked; do
     taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush-$n.out 2>&1 &
     FL=$!
     wait_for flush-$n ready
