@@ -90,20 +90,23 @@ int cs_start(void)
 	u32 d;
 	int ret;
 
-	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
-	cpus_read_lock();
-	on_each_cpu(cs_cpu_start, NULL, 1);
+	/*
+	 * The probes first, outside cpus_read_lock(): registering one takes it itself (static
+	 * calls), and a second read acquisition deadlocks against a hotplug writer queued in
+	 * between (lockdep on the debug kernel said so). They do nothing until cs.running.
+	 */
 	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
 		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
 		if (ret) {
 			pr_err("cannot probe %s: %d\n", cs_tps[i].name, ret);
 			cs_stop_probes(i);
-			on_each_cpu(cs_cpu_stop, NULL, 1);
-			cpus_read_unlock();
 			return ret;
 		}
 	}
-	cs.running = true;
+	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
+	cpus_read_lock();
+	on_each_cpu(cs_cpu_start, NULL, 1);
+	WRITE_ONCE(cs.running, true);
 	for (d = 0; d < cs.nr_domains; d++) {
 		struct cs_domain *dom = &cs.domains[d];
 
@@ -141,7 +144,7 @@ void cs_stop(void)
 	for (d = 0; d < cs.nr_domains; d++)
 		hrtimer_cancel(&cs.domains[d].timer);
 	on_each_cpu(cs_cpu_stop, NULL, 1);
-	cs.running = false;
+	WRITE_ONCE(cs.running, false);
 	cpus_read_unlock();
 	/* The limbo workers last: they take cs_lock, and requeue only while running. */
 	for (d = 0; d < cs.nr_domains; d++)

@@ -28,11 +28,15 @@ static u32 cs_task_rmid(struct task_struct *t)
 /* Interrupts off (the scheduler, a tick, an IPI): this CPU now runs t. */
 void cs_retag(struct cs_cpu *c, struct task_struct *t)
 {
+	/*
+	 * The switch's time, taken before the lookup: the CPU ran the old RMID until the
+	 * probe was entered (on a debug kernel the lookup's RCU and lock checks take tens of
+	 * microseconds, which the old task's CPU time does not hold).
+	 */
+	u64 now = emulate ? ktime_get_ns() : 0;
 	u32 rmid = cs_task_rmid(t);
 
 	if (emulate) {
-		u64 now = ktime_get_ns();
-
 		raw_spin_lock(&c->lock);
 		if (c->rmid)
 			c->emu_ns[c->rmid] += now - c->since;
@@ -52,6 +56,9 @@ void cs_probe_switch(void *data, bool preempt, struct task_struct *prev,
 {
 	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
 
+	/* Registered before the session's CPUs are set up (cs_start): nothing until then. */
+	if (unlikely(!READ_ONCE(cs.running)))
+		return;
 	c->switches++;
 	cs_retag(c, next);
 }
@@ -69,6 +76,8 @@ void cs_probe_runtime(void *data, struct task_struct *t, u64 runtime, u64 vrunti
 {
 	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
 
+	if (unlikely(!READ_ONCE(cs.running)))
+		return;
 	if (unlikely(READ_ONCE(c->recheck)) && t == current) {
 		WRITE_ONCE(c->recheck, false);
 		cs_retag(c, t);

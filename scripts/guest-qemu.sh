@@ -18,7 +18,8 @@
 #                            elsewhere (the DKMS package's, scripts/package-check.sh)
 #   CACHESCOPE_GUEST_KERNEL  another Debian kernel than this release's default, as
 #                            scripts/debian-kernel.sh names them: a suite (unstable: its newest)
-#                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...)
+#                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...);
+#                            "debug": the debug kernel scripts/debug-kernel.sh builds
 # Leaves OUTDIR/console.log (the guest's serial console) and OUTDIR/rows.jsonl (a recording the
 # guest printed between CS-ROWS-BEGIN and CS-ROWS-END, gzip and base64) and OUTDIR/report.json
 # (the same between CS-REPORT-BEGIN and CS-REPORT-END). The kernel image is
@@ -36,7 +37,11 @@ out=$(realpath "$out")
 # The kernel: this release's (linux-headers-amd64's) or another Debian kernel, named as
 # scripts/debian-kernel.sh takes it (unstable, rt-amd64, 6.12-amd64, unstable/rt-amd64, ...).
 kernel=${CACHESCOPE_GUEST_KERNEL:-}
-vmlinuz=$(scripts/debian-kernel.sh ${kernel:+"$kernel"} | tail -1)
+if [ "$kernel" = debug ]; then
+  vmlinuz=$(scripts/debug-kernel.sh | tail -1)
+else
+  vmlinuz=$(scripts/debian-kernel.sh ${kernel:+"$kernel"} | tail -1)
+fi
 
 # The module, built for that kernel (scripts/kmod-build.sh: W=1, warnings are errors).
 rm -f "$out/cachescope.ko"

@@ -2,7 +2,8 @@
 # Builds kmod/ for a Debian kernel with W=1, warnings as errors, and prints the module's path:
 #   scripts/kmod-build.sh KERNEL OUTDIR
 # KERNEL as scripts/debian-kernel.sh takes it ("" this release's default, unstable,
-# rt-amd64, 6.12-amd64, 6.12-rt-amd64, unstable/rt-amd64, ...). This release's default kernel
+# rt-amd64, 6.12-amd64, 6.12-rt-amd64, unstable/rt-amd64, ...), or "debug" for the debug kernel
+# scripts/debug-kernel.sh builds (lockdep, KASAN, kmemleak). This release's default kernel
 # builds against the headers installed here (linux-headers-amd64); every other one in a build
 # root of its suite (debootstrap, minbase, with make, perl, pahole and the compiler its headers name: gcc-12 for this
 # release, gcc-16 for unstable's 7.2), with its headers unpacked there and never installed on
@@ -14,8 +15,6 @@ spec=${1-}
 out=${2:?usage: kmod-build.sh KERNEL OUTDIR}
 mkdir -p "$out"
 out=$(realpath "$out")
-vmlinuz=$(scripts/debian-kernel.sh ${spec:+"$spec"} | tail -1)
-kver=$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 log=$out/kbuild.log
 
 # check DIR MAKE...: the module's sources in DIR, built by MAKE; any warning fails.
@@ -34,6 +33,18 @@ check() {
     exit 1
   fi
 }
+
+# The debug kernel (scripts/debug-kernel.sh): against its own tree, with this machine's compiler.
+if [ "$spec" = debug ]; then
+  ktree=$(dirname "$(scripts/debug-kernel.sh | tail -1)")/src
+  kver="debug ($(make -s -C "$ktree" kernelversion))"
+  check "$out/kbuild" make -s -C "$out/kbuild" KDIR="$ktree" check
+  cp "$out/kbuild/cachescope.ko" "$out/cachescope.ko"
+  echo "$out/cachescope.ko"
+  exit 0
+fi
+vmlinuz=$(scripts/debian-kernel.sh ${spec:+"$spec"} | tail -1)
+kver=$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 
 native=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
 if [ "$kver" = "$native" ] && [ -d "/usr/src/linux-headers-$kver" ]; then

@@ -4,6 +4,11 @@
 # test checks: "CS-RESULT key=value" lines, the recording (gzip, base64) between markers.
 . /lib/init.sh
 usage() { sed -n 's/^usage_usec //p' "/sys/fs/cgroup/ctr/$1/cpu.stat"; }
+# kmemleak (the debug kernel, scripts/debug-kernel.sh): what the kernel allocated before the
+# test is set aside, so that a scan at the end reports only what leaked during it.
+mkdir -p /sys/kernel/debug && mount -t debugfs none /sys/kernel/debug 2>/dev/null
+K=/sys/kernel/debug/kmemleak
+if [ -e $K ]; then echo scan > $K; echo clear > $K; fi
 
 # Refusals: no RDT under TCG, parameters out of range.
 insmod /cachescope.ko 2>/dev/null; say refuse_no_rdt=$?
@@ -68,6 +73,55 @@ echo CS-ROWS-END
 cat /dev/cachescope >/dev/null 2>&1 &
 sleep 0.3; kill $! 2>/dev/null; wait $! 2>/dev/null
 rmmod cachescope; say rmmod=$?
+
+# Loaded and unloaded 50 times.
+i=0
+while [ $i -lt 50 ]; do
+  insmod /cachescope.ko emulate=1 emu_rmids=8 || break
+  rmmod cachescope || break
+  i=$((i + 1))
+done
+say load_cycles=$i
+# 200 cgroups made, entered and removed while a session samples: each one is tagged at mkdir
+# and its RMID goes to limbo at rmdir, while the timer samples.
+insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=16
+cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 120s \
+    >/tmp/churn.jsonl 2>/tmp/churn.err &
+CS=$!
+sleep 1
+mkdir -p /sys/fs/cgroup/churn
+i=0
+while [ $i -lt 200 ]; do
+  mkdir /sys/fs/cgroup/churn/c$i || break
+  sh -c "echo \$\$ > /sys/fs/cgroup/churn/c$i/cgroup.procs; i=0; while [ \$i -lt 200 ]; do i=\$((i + 1)); done"
+  rmdir /sys/fs/cgroup/churn/c$i || break
+  i=$((i + 1))
+done
+say churned=$i
+kill -TERM $CS; wait $CS; say churn_exit=$?
+sed 's/^/CS-STDERR /' /tmp/churn.err
+say churn_seen="$(grep -o '"cgroup_path":"churn/c[0-9]*"' /tmp/churn.jsonl | sort -u | wc -l)"
+# rmmod while a container runs and a reader holds the device open: refused, nothing breaks;
+# once the reader is gone the module unloads.
+mkdir /sys/fs/cgroup/churn/live
+sh -c 'echo $$ > /sys/fs/cgroup/churn/live/cgroup.procs; while :; do :; done' &
+L=$!
+cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 4s >/dev/null 2>&1 &
+CS=$!
+sleep 2
+rmmod cachescope 2>/dev/null; say rmmod_held=$?
+wait $CS; say held_exit=$?
+rmmod cachescope; say rmmod_released=$?
+kill -9 $L; wait $L 2>/dev/null
+rmdir /sys/fs/cgroup/churn/live /sys/fs/cgroup/churn
+# What leaked during the test: kmemleak reports an object once it has been unreferenced
+# for 5 s, so the scan waits that long.
+if [ -e $K ]; then
+  sleep 6
+  echo scan > $K
+  say kmemleak_leaks="$(grep -c "unreferenced object" $K)"
+  sed 's/^/CS-LEAK /' $K | head -80
+fi
 dmesg | grep "cachescope:" | sed 's/^/CS-DMESG /'
 splats
 say done=1

@@ -20,16 +20,18 @@ use std::process::Command;
 
 const L3: u64 = 4096 * 1024;
 
-/// The kernels the module is tested on: this release's default, its PREEMPT_RT one and the
-/// newest Debian carries (unstable: 7.2); CACHESCOPE_KERNELS=all adds the rest of what Debian
+/// The kernels the module is tested on: this release's default, its PREEMPT_RT one, the
+/// newest Debian carries (unstable: 7.2) and a debug kernel built from this release's source
+/// with lockdep, KASAN, the atomic-sleep checker, timer debug objects and kmemleak
+/// (scripts/debug-kernel.sh, cached; its first build takes a while); CACHESCOPE_KERNELS=all adds the rest of what Debian
 /// carries for x86-64 (6.1 cloud, 6.12 generic, cloud and RT, 7.2 cloud and RT), and
 /// CACHESCOPE_KERNELS="a b" names them (as scripts/debian-kernel.sh takes them; "default" is
 /// this release's default).
 fn kernels() -> Vec<String> {
-    let all = ["default", "rt-amd64", "unstable", "cloud-amd64", "6.12-amd64", "6.12-cloud-amd64", "6.12-rt-amd64"];
-    let all = all.iter().chain(&["unstable/cloud-amd64", "unstable/rt-amd64"]);
+    let all = ["default", "rt-amd64", "unstable", "debug", "cloud-amd64", "6.12-amd64", "6.12-cloud-amd64"];
+    let all = all.iter().chain(&["6.12-rt-amd64", "unstable/cloud-amd64", "unstable/rt-amd64"]);
     match std::env::var("CACHESCOPE_KERNELS").ok().as_deref().map(str::trim) {
-        None | Some("") => ["default", "rt-amd64", "unstable"].map(String::from).to_vec(),
+        None | Some("") => ["default", "rt-amd64", "unstable", "debug"].map(String::from).to_vec(),
         Some("all") => all.map(|k| k.to_string()).collect(),
         Some(list) => list.split_whitespace().map(String::from).collect(),
     }
@@ -65,6 +67,8 @@ fn check_kernel(kernel: &str) {
         .arg(env!("CARGO_BIN_EXE_cachescope"))
         .arg(out.path())
         .env("CACHESCOPE_GUEST_KERNEL", if kernel == "default" { "" } else { kernel })
+        // KASAN and lockdep make every allocation and lock several times slower under TCG.
+        .env("CACHESCOPE_QEMU_TIMEOUT", if kernel == "debug" { "900" } else { "300" })
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
@@ -90,6 +94,17 @@ fn check_kernel(kernel: &str) {
     assert!(said.contains("CS-INFO") && said.contains("loaded with EMULATED counters"), "info reports the module");
     assert!(said.contains("PQR_ASSOC written"), "the run's end says what the module did");
     assert!(said.contains("IA32_PQR_ASSOC restored"));
+    // Loaded and unloaded 50 times; 200 cgroups churned while sampling; rmmod refused while
+    // a reader holds the device and a container runs, accepted once it closed.
+    assert_eq!(r("load_cycles"), "50", "{kernel}: load/unload cycles");
+    assert_eq!(r("churned"), "200", "{kernel}: cgroups churned");
+    assert_eq!(r("churn_exit"), "0", "{kernel}: the session sampling the churn");
+    println!("{kernel}: {} of 200 churned cgroups recorded", r("churn_seen"));
+    assert_ne!(r("rmmod_held"), "0", "{kernel}: rmmod while the device is open");
+    assert_eq!((r("held_exit").as_str(), r("rmmod_released").as_str()), ("0", "0"), "{kernel}: then unloads");
+    if kernel == "debug" {
+        assert_eq!(r("kmemleak_leaks"), "0", "{kernel}: kmemleak found leaks (CS-LEAK lines above)");
+    }
 
     let text = std::fs::read_to_string(out.path().join("rows.jsonl")).unwrap();
     let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -105,23 +120,31 @@ fn check_kernel(kernel: &str) {
 
     // MBM counted from the container's first millisecond: the kernel tagged the cgroup at
     // mkdir, before user space knew it (and the nested cgroup with it); 1 byte per ns of CPU
-    // time, within 2 %.
+    // time, within 2 % (5 % on the debug kernel, where each switch away from a task charges
+    // it the scheduler's instrumented path up to the probe: see the idle bound below).
+    let within = if kernel == "debug" { 0.95..=1.05 } else { 0.98..=1.02 };
     for name in ["busy", "extra"] {
         let want = num(&format!("{name}_usage_usec")) * 1000;
         let got = sum(name, "mbm_total_bytes");
         let ratio = got as f64 / want as f64;
         println!("{name}: MBM {got} bytes for {want} ns of CPU: ratio {ratio:.4}");
-        assert!((0.98..=1.02).contains(&ratio), "{name}: MBM {got} vs CPU time {want} ns");
+        assert!(within.contains(&ratio), "{kernel}: {name}: MBM {got} vs CPU time {want} ns");
         let local = sum(name, "mbm_local_bytes") as f64 / got as f64;
         assert!((0.79..=0.81).contains(&local), "{name}: local share {local}");
     }
     // The idle container is charged its own CPU time and no one else's (on PREEMPT_RT too,
-    // where interrupts run in threads): 1 byte per ns, 2 % and a millisecond of slack.
+    // where interrupts run in threads): 1 byte per ns, 2 % and a millisecond of slack. On the
+    // debug kernel, 10 %: the scheduler's path from a task's last CPU-time update to the
+    // switch probe (pick_next_task under lockdep and KASAN, tens of microseconds per switch
+    // under TCG) is charged to the task leaving, and the idle one's few milliseconds of
+    // start-up are switched out often by the busy loops on its CPU. The bug this catches
+    // (others' work under its RMID) charged twice its CPU time.
     let idle = sum("idle", "mbm_total_bytes");
     let idle_ns = num("idle_usage_usec") * 1000;
+    let slack = if kernel == "debug" { 110 } else { 102 };
     println!("{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU");
     assert!(
-        idle <= idle_ns * 102 / 100 + 1_000_000,
+        idle <= idle_ns * slack / 100 + 1_000_000,
         "{kernel}: the idle container was charged {idle} bytes for {idle_ns} ns"
     );
 
