@@ -166,8 +166,8 @@ pub fn report_parquet(data: &[u8]) {
     if std::fs::write(&path, data).is_err() {
         return;
     }
-    let _ = cachescope_sinks::report::summarize(std::slice::from_ref(&path));
-    let _ = cachescope_sinks::report::file_metadata(&path);
+    let _ = cachescope_report::summary::summarize(std::slice::from_ref(&path));
+    let _ = cachescope_sinks::read::file_metadata(&path);
     let _ = std::fs::remove_file(&path);
 }
 
@@ -316,7 +316,7 @@ pub fn recover(data: &[u8]) {
     for r in got {
         if let cachescope_sinks::parquet::Recovery::Recovered { path, rows, .. } = r {
             let mut seen = 0;
-            cachescope_sinks::report::stream(std::slice::from_ref(&path), &mut |id, _, p| {
+            cachescope_sinks::read::stream(std::slice::from_ref(&path), &mut |id, _, p| {
                 assert!(keys.contains(&(p.time_ns, id.to_string())), "a row that was never recorded: {id} {}", p.time_ns);
                 assert_eq!(p.mbm_total, Some(64), "a value that was never recorded");
                 seen += 1;

@@ -4,7 +4,7 @@
 use crate::error::CliError;
 use cachescope_report::text::table;
 use cachescope_report::{analyze_files, html};
-use cachescope_sinks::report::files;
+use cachescope_sinks::read::files;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]

@@ -354,7 +354,8 @@ mod tests {
 #[cfg(test)]
 mod pmu_tests {
     use super::*;
-    use cachescope_sinks::report::{Point, Recorded, Recording};
+    use crate::summary::{Recorded, Recording};
+    use cachescope_sinks::read::Point;
 
     /// Where the PMU columns were counted, the page has IPC and MPKI charts; a hostile name is
     /// escaped everywhere.

@@ -4,17 +4,19 @@
 
 pub mod episodes;
 pub mod html;
+pub mod summary;
 pub mod svg;
 pub mod text;
 pub mod timeline;
 
-use cachescope_sinks::report::{finish_all, span, stream, FileInfo, Point, Recording, Summary, SummaryAcc};
+use cachescope_sinks::read::{span, stream, FileInfo, Point};
 use cachescope_sinks::SinkError;
 use episodes::Episode;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use summary::{finish_all, Recording, Summary, SummaryAcc};
 use timeline::Timeline;
 
 /// The JSON layout of `report --json` (docs/cli.md): 1 was a bare array of summaries.

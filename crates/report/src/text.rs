@@ -1,8 +1,8 @@
 //! The per-container table of `cachescope report`, as text: aligned columns whatever the
 //! names (long ones are shortened from the middle, control characters shown escaped).
 
+use crate::summary::Summary;
 use crate::svg::shorten;
-use cachescope_sinks::report::Summary;
 
 /// The name column's width.
 const NAME: usize = 28;

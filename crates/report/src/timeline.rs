@@ -4,7 +4,8 @@
 //! its own interval: they are spread over that interval and split at the bucket edges (a late
 //! or long interval adds its bytes where they were moved, not to the bucket where it ended).
 
-use cachescope_sinks::report::{Point, Recorded};
+use crate::summary::Recorded;
+use cachescope_sinks::read::Point;
 use std::collections::BTreeMap;
 
 /// Grid steps a person reads easily, ns.

@@ -1,13 +1,14 @@
 //! Where rows go: Parquet files ([`parquet`], docs/data.md), Prometheus text ([`prom`],
-//! docs/metrics.md), JSON lines ([`jsonl`]), and back out of Parquet into per-container summaries
-//! ([`report`]); and the engine sinks that record and serve ([`run_sinks`]).
+//! docs/metrics.md), JSON lines ([`jsonl`]), and back out of Parquet ([`read`]: the report's
+//! summaries, timelines and episodes are `cachescope-report`'s); and the engine sinks that
+//! record and serve ([`run_sinks`]).
 
 mod footer;
 pub mod http;
 pub mod jsonl;
 pub mod parquet;
 pub mod prom;
-pub mod report;
+pub mod read;
 pub mod run_sinks;
 
 pub use run_sinks::{RecordOptions, RecordSink, ServeSink};

@@ -1,5 +1,5 @@
 use super::*;
-use crate::report;
+use crate::read as report;
 use arrow_array::cast::AsArray;
 use cachescope_engine::row::{ContainerMeta, Pmu, Status};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

@@ -1,7 +1,9 @@
 use super::*;
-use crate::parquet::{Options, ParquetSink};
 use cachescope_engine::row::{ContainerMeta, Pmu, Row, Status};
 use cachescope_engine::Sparse;
+use cachescope_sinks::parquet::{Options, ParquetSink};
+use cachescope_sinks::read::files;
+use std::path::Path;
 
 const T0: i64 = 1_700_000_000_000_000_000;
 
