@@ -4,7 +4,6 @@
 
 use crate::containers::{Container, ContainerSource};
 use crate::row::{ContainerMeta, MbmCounter, Status};
-use crate::slots::WaitReason;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::Cumulative;
 use std::sync::Arc;
@@ -85,6 +84,44 @@ impl RawSample {
             mbm_local: None,
             mbm_counter: None,
         }
+    }
+}
+
+/// Why a container has no RMID (its rows say `no_rmid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WaitReason {
+    /// Every RMID is held.
+    Exhausted,
+    /// The free RMIDs are still in limbo (their old lines not yet evicted).
+    Limbo,
+    /// Its RMID was given to a busier container.
+    Evicted,
+    /// Its id cannot name a monitoring group (refused, never sanitized into a path).
+    BadId,
+    /// The backend cannot tag this kind of container (e.g. threads with the msr backend).
+    CannotTag,
+    /// Its monitoring group vanished and could not be re-created.
+    Lost,
+    /// The kernel module watches as many cgroups as it may (its max_cgroups).
+    TableFull,
+}
+
+impl WaitReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitReason::Exhausted => "rmids exhausted",
+            WaitReason::Limbo => "rmids in limbo",
+            WaitReason::Evicted => "evicted for a busier container",
+            WaitReason::BadId => "id refused as a group name",
+            WaitReason::CannotTag => "cannot be tagged by this backend",
+            WaitReason::Lost => "group lost",
+            WaitReason::TableFull => "the module's cgroup table is full",
+        }
+    }
+
+    /// Worth retrying when RMIDs free up.
+    pub(crate) fn retry(self) -> bool {
+        !matches!(self, WaitReason::BadId | WaitReason::CannotTag)
     }
 }
 

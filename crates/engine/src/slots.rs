@@ -3,48 +3,11 @@
 //! idle monitored one. Backends only say whether an attach worked; the waiting list, the
 //! `no_rmid` rows and the swaps live here.
 
+pub use crate::backend::WaitReason;
 use crate::backend::{Attach, CacheBackend};
 use crate::containers::{Container, ContainerSource};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Why a container has no RMID (its rows say `no_rmid`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum WaitReason {
-    /// Every RMID is held.
-    Exhausted,
-    /// The free RMIDs are still in limbo (their old lines not yet evicted).
-    Limbo,
-    /// Its RMID was given to a busier container.
-    Evicted,
-    /// Its id cannot name a monitoring group (refused, never sanitized into a path).
-    BadId,
-    /// The backend cannot tag this kind of container (e.g. threads with the msr backend).
-    CannotTag,
-    /// Its monitoring group vanished and could not be re-created.
-    Lost,
-    /// The kernel module watches as many cgroups as it may (its max_cgroups).
-    TableFull,
-}
-
-impl WaitReason {
-    pub fn name(self) -> &'static str {
-        match self {
-            WaitReason::Exhausted => "rmids exhausted",
-            WaitReason::Limbo => "rmids in limbo",
-            WaitReason::Evicted => "evicted for a busier container",
-            WaitReason::BadId => "id refused as a group name",
-            WaitReason::CannotTag => "cannot be tagged by this backend",
-            WaitReason::Lost => "group lost",
-            WaitReason::TableFull => "the module's cgroup table is full",
-        }
-    }
-
-    /// Worth retrying when RMIDs free up.
-    fn retry(self) -> bool {
-        !matches!(self, WaitReason::BadId | WaitReason::CannotTag)
-    }
-}
 
 /// Budget policy knobs.
 #[derive(Debug, Clone, PartialEq)]
