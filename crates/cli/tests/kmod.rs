@@ -120,9 +120,10 @@ fn check_kernel(kernel: &str) {
 
     // MBM counted from the container's first millisecond: the kernel tagged the cgroup at
     // mkdir, before user space knew it (and the nested cgroup with it); 1 byte per ns of CPU
-    // time, within 2 % (5 % on the debug kernel, where each switch away from a task charges
-    // it the scheduler's instrumented path up to the probe: see the idle bound below).
-    let within = if kernel == "debug" { 0.95..=1.05 } else { 0.98..=1.02 };
+    // time, within 2 % (-5/+8 % on the debug kernel, where each switch away from a task
+    // charges it the scheduler's instrumented path up to the probe: see the idle bound below;
+    // seen there: +0.8 to +3.1 %).
+    let within = if kernel == "debug" { 0.95..=1.08 } else { 0.98..=1.02 };
     for name in ["busy", "extra"] {
         let want = num(&format!("{name}_usage_usec")) * 1000;
         let got = sum(name, "mbm_total_bytes");
@@ -134,14 +135,14 @@ fn check_kernel(kernel: &str) {
     }
     // The idle container is charged its own CPU time and no one else's (on PREEMPT_RT too,
     // where interrupts run in threads): 1 byte per ns, 2 % and a millisecond of slack. On the
-    // debug kernel, 10 %: the scheduler's path from a task's last CPU-time update to the
+    // debug kernel, 25 %: the scheduler's path from a task's last CPU-time update to the
     // switch probe (pick_next_task under lockdep and KASAN, tens of microseconds per switch
     // under TCG) is charged to the task leaving, and the idle one's few milliseconds of
-    // start-up are switched out often by the busy loops on its CPU. The bug this catches
-    // (others' work under its RMID) charged twice its CPU time.
+    // start-up are switched out often by the busy loops on its CPU (seen: +4.6 to +11.4 %).
+    // The bug this catches (others' work under its RMID) charged twice its CPU time.
     let idle = sum("idle", "mbm_total_bytes");
     let idle_ns = num("idle_usage_usec") * 1000;
-    let slack = if kernel == "debug" { 110 } else { 102 };
+    let slack = if kernel == "debug" { 125 } else { 102 };
     println!("{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU");
     assert!(
         idle <= idle_ns * slack / 100 + 1_000_000,
