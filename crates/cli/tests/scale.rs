@@ -126,7 +126,11 @@ fn guest(vcpus: u32, kernel: &str, modes: &str) -> Vec<(String, String, f64)> {
         assert!(run.status.success(), "guest-qemu.sh failed");
         if !said.contains("CS-RESULT ") && attempt == 1 {
             let console = std::fs::read_to_string(out.path().join("console.log")).unwrap_or_default();
-            println!("no result; the console's end:\n{}", &console[console.len().saturating_sub(2000)..]);
+            let mut from = console.len().saturating_sub(2000);
+            while !console.is_char_boundary(from) {
+                from += 1;
+            }
+            println!("no result; the console's end:\n{}", &console[from..]);
             continue;
         }
         return results(&said, vcpus, modes);
