@@ -448,17 +448,7 @@ impl PmuSource for PmuColumns {
             .iter()
             .map(|(id, m)| {
                 // A name is the runtime's: control characters are shown escaped, never sent.
-                let name: String = m
-                    .view_label()
-                    .chars()
-                    .flat_map(|c| {
-                        c.is_control()
-                            .then(|| c.escape_default())
-                            .into_iter()
-                            .flatten()
-                            .chain((!c.is_control()).then_some(c))
-                    })
-                    .collect();
+                let name = cachescope_engine::row::printable(&m.view_label());
                 format!("{name} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs)
             })
             .collect();

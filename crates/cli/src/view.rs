@@ -311,13 +311,9 @@ impl Accumulator {
 
 pub use cachescope_report::svg::shorten;
 
-/// The plain table printed without a terminal: `t=…  header`, then one line per row.
-/// A name as it may reach a terminal: control characters (escape sequences, newlines) shown
-/// escaped, never emitted raw.
-pub fn printable(name: &str) -> String {
-    name.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
-}
+pub use cachescope_engine::row::printable;
 
+/// The plain table printed without a terminal: `t=…  header`, then one line per row.
 pub fn plain(now: Duration, header: &str, rows: &[ViewRow]) -> String {
     use std::fmt::Write;
     let mut o = String::new();

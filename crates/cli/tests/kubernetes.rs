@@ -7,7 +7,7 @@
 
 mod common;
 use arrow_array::cast::AsArray;
-use common::{bin, busybox_image, docker, get, parquet_files, read};
+use common::{bin, busybox_image, docker, get, parquet_files, read, tmux};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
@@ -151,12 +151,6 @@ impl Drop for Undo<'_> {
         let _ =
             std::fs::remove_dir(PathBuf::from("/sys/fs/cgroup").join(format!("kubepods/besteffort/pod{}", self.uid)));
     }
-}
-
-/// `tmux ARGS`: what it printed.
-fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 fn kubelet_labels(uid: &str, container: Option<&str>) -> HashMap<String, String> {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, tmux};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -274,12 +274,6 @@ fn live_view_on_a_terminal() {
     // After `b` the sort marker moves to the bandwidth column.
     assert!(inside.contains("MBM MB/s▼"), "{inside}");
     assert!(screen[leave..].contains("ticks, lateness"), "summary after the terminal is back");
-}
-
-/// `tmux ARGS`: what it printed.
-fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(args).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// What a person sees in tmux at 80, 100 and 160 columns: host and time, per-domain totals,

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{have, release_bin, sandbox};
+use common::{console_tail, have, release_bin, sandbox};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -125,12 +125,7 @@ fn guest(vcpus: u32, kernel: &str, modes: &str) -> Vec<(String, String, f64)> {
         );
         assert!(run.status.success(), "guest-qemu.sh failed");
         if !said.contains("CS-RESULT ") && attempt == 1 {
-            let console = std::fs::read_to_string(out.path().join("console.log")).unwrap_or_default();
-            let mut from = console.len().saturating_sub(2000);
-            while !console.is_char_boundary(from) {
-                from += 1;
-            }
-            println!("no result; the console's end:\n{}", &console[from..]);
+            println!("no result; the console's end:\n{}", console_tail(&out.path().join("console.log")));
             continue;
         }
         return results(&said, vcpus, modes);

@@ -20,6 +20,12 @@ pub struct ContainerMeta {
     pub runtime: RuntimeCell,
 }
 
+/// A name as it may reach a terminal: control characters (escape sequences, newlines) shown
+/// escaped, never emitted raw.
+pub fn printable(name: &str) -> String {
+    name.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
 /// A container's runtime metadata, set from another thread while rows read it: append-only
 /// (each change is a new node, kept until the container's meta goes), so a reader borrows
 /// the latest without a lock. Changes are rare (a first answer, the odd rename).

@@ -197,3 +197,20 @@ pub fn busybox_image(cli: &str) -> Option<&'static str> {
         .success();
     ok.then_some(IMAGE)
 }
+
+/// `tmux ARGS`: what it printed.
+pub fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The last ~2,000 bytes of a guest's console (cut at a character boundary), for a failure
+/// or a retried boot.
+pub fn console_tail(console: &Path) -> String {
+    let text = std::fs::read_to_string(console).unwrap_or_default();
+    let mut from = text.len().saturating_sub(2000);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    text[from..].to_string()
+}

@@ -1,7 +1,7 @@
 //! The RDT machine (tools/rdt-qemu) from a test: its QEMU, the workloads, one boot of a guest
 //! script and what it said. Shared by rdt_qemu.rs and rdt_modern.rs.
 
-use super::{guest_results, have};
+use super::{console_tail, guest_results, have};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -180,12 +180,7 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
             if said.contains("CS-RESULT ") || attempt == 2 {
                 break;
             }
-            let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
-            let mut from = console.len().saturating_sub(2000);
-            while !console.is_char_boundary(from) {
-                from += 1;
-            }
-            println!("no result; the console's end:\n{}", &console[from..]);
+            println!("no result; the console's end:\n{}", console_tail(&out.join("console.log")));
         }
         said
     };
