@@ -500,6 +500,18 @@ impl Resctrl {
         Ok(out)
     }
 
+    /// As [`assign_tasks`](Self::assign_tasks), writing only the threads `list` gives that
+    /// the group's `tasks` does not hold already (joined from outside since the last move).
+    pub fn assign_missing(
+        &self,
+        g: &GroupRef,
+        list: &mut dyn FnMut() -> io::Result<Vec<u32>>,
+    ) -> Result<Assigned, ResctrlError> {
+        let have: std::collections::HashSet<u32> = self.group_tasks(g)?.into_iter().collect();
+        let mut missing = || list().map(|t| t.into_iter().filter(|x| !have.contains(x)).collect());
+        self.assign_tasks(g, &mut missing)
+    }
+
     /// The thread ids in a group's `tasks` file.
     pub fn group_tasks(&self, g: &GroupRef) -> Result<Vec<u32>, ResctrlError> {
         let path = self.group_dir(g).join("tasks");

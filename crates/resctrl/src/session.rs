@@ -268,10 +268,8 @@ impl ContainerGroups {
             .collect();
         let Ok(_lock) = self.rc.lock() else { return };
         for (id, g) in live {
-            let Ok(have) = self.rc.group_tasks(&g) else { continue };
-            let have: std::collections::HashSet<u32> = have.into_iter().collect();
-            let mut missing = || src.threads(&id).map(|t| t.into_iter().filter(|x| !have.contains(x)).collect());
-            if let Ok(a) = self.rc.assign_tasks(&g, &mut missing) {
+            let mut list = || src.threads(&id);
+            if let Ok(a) = self.rc.assign_missing(&g, &mut list) {
                 self.stats.threads_moved += a.moved as u64;
                 self.stats.threads_vanished += a.vanished as u64;
                 self.stats.threads_refused += a.refused.len() as u64;

@@ -195,11 +195,10 @@ impl Work {
         }
         let Some(g) = &e.group else { return };
         // Threads already in (an earlier wake-up's) are not written again.
-        let have: std::collections::HashSet<u32> = self.rc.group_tasks(g).unwrap_or_default().into_iter().collect();
         let dir = e.dir.clone();
         let threads = self.threads;
-        let mut list = || threads(&dir).map(|t| t.into_iter().filter(|x| !have.contains(x)).collect());
-        if let Ok(a) = self.rc.assign_tasks(g, &mut list) {
+        let mut list = || threads(&dir);
+        if let Ok(a) = self.rc.assign_missing(g, &mut list) {
             if a.moved > 0 {
                 self.stats.tagged.fetch_add(1, Ordering::Relaxed);
                 self.stats.threads_moved.fetch_add(a.moved as u64, Ordering::Relaxed);
