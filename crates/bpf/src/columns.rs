@@ -10,6 +10,7 @@ use crate::{capacity_for, Attribution};
 use cachescope_engine::containers::Container;
 use cachescope_engine::pmu::{Counted, Gap, PmuSample, PmuSource};
 use cachescope_engine::ContainerMeta;
+use cachescope_engine::PartError;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cgroup::{self, CgroupCollector};
 use cachescope_perf::counter::{CounterGroup, Target};
@@ -365,18 +366,18 @@ impl PmuSource for PmuColumns {
         }
     }
 
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String> {
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, PartError> {
         match &mut self.src {
             Source::Bpf(a) => {
                 let slot_ns = a.slot_ns();
-                let rows = a.drain().map_err(|e| e.to_string())?;
+                let rows = a.drain().map_err(PartError::failed)?;
                 // Every slot before the previous one is complete and drained.
                 let mark = Duration::from_nanos(a.current_slot().saturating_sub(1) * slot_ns);
                 // The map filled since the last drain (the collector fell behind): the slots
                 // where charges were dropped have partial counts.
-                let lost = a.lost_charges().map_err(|e| e.to_string())?;
+                let lost = a.lost_charges().map_err(PartError::failed)?;
                 if lost > self.lost_seen {
-                    if let Some((first, last)) = a.take_lost_slots().map_err(|e| e.to_string())? {
+                    if let Some((first, last)) = a.take_lost_slots().map_err(PartError::failed)? {
                         let (from, to) = (first * slot_ns, (last + 1) * slot_ns);
                         let charges = lost - self.lost_seen;
                         self.gap =
@@ -417,7 +418,7 @@ impl PmuSource for PmuColumns {
                 Ok(mark)
             }
             Source::Perf(col) => {
-                let deltas = col.sample().map_err(|e| e.to_string())?;
+                let deltas = col.sample().map_err(PartError::failed)?;
                 let now = monotonic();
                 self.reads += 1;
                 for d in deltas {

@@ -6,6 +6,7 @@ use crate::watch::{Early, Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
+use cachescope_engine::PartError;
 use cachescope_runtimes::{Bundles, EngineApi, Resolver, Which};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -60,7 +61,7 @@ impl HostContainers {
 }
 
 impl ContainerSource for HostContainers {
-    fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+    fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
         if let Some(n) = self.watcher.as_ref().map(Watcher::unwatched).filter(|&n| n > 0 && !self.said_unwatched) {
             self.said_unwatched = true;
             cachescope_platform::say!(

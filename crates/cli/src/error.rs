@@ -9,6 +9,9 @@ pub enum CliError {
     Unavailable(anyhow::Error),
     /// An output could not be written (stdout refused a write, a disk filled up): exit 1.
     Output(anyhow::Error),
+    /// The run failed partway: the kernel or a device refused what the backend, the container
+    /// source or the PMU source asked while the facility was still there: exit 1.
+    Failed(anyhow::Error),
     /// The run finished and its files too, but accepted rows never reached them: exit 4.
     Losses(anyhow::Error),
     /// Whoever read stdout stopped reading (`report | head`): a filter's quiet end, exit 0.
@@ -34,7 +37,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Closed => 0,
-            CliError::Output(_) => 1,
+            CliError::Output(_) | CliError::Failed(_) => 1,
             CliError::Input(_) => 2,
             CliError::Unavailable(_) => 3,
             CliError::Losses(_) => 4,
@@ -43,7 +46,12 @@ impl CliError {
 
     /// The line to say, if any.
     pub fn message(&self) -> Option<String> {
-        let (CliError::Input(e) | CliError::Unavailable(e) | CliError::Output(e) | CliError::Losses(e)) = self else {
+        let (CliError::Input(e)
+        | CliError::Unavailable(e)
+        | CliError::Output(e)
+        | CliError::Failed(e)
+        | CliError::Losses(e)) = self
+        else {
             return None;
         };
         // `{:#}` joins the context chain on one line.

@@ -16,7 +16,7 @@ use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
 use cachescope_engine::pmu::PmuSource;
-use cachescope_engine::{CacheBackend, ContainerMeta, ContainerSource, Parts, RunError, Sink, TickerError};
+use cachescope_engine::{CacheBackend, ContainerMeta, ContainerSource, PartError, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::CpuInfo;
@@ -27,6 +27,7 @@ use cachescope_resctrl::{ContainerGroups, CounterPolicy, Resctrl};
 use cachescope_rmid::Config;
 use cachescope_sinks::parquet::Provenance;
 use cachescope_sinks::{RecordOptions, RecordSink, ServeSink};
+use clap::ValueEnum;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -313,23 +314,25 @@ fn build(args: &Common) -> Result<Built, CliError> {
     }
     let host = host_cpu().ok_or_else(|| CliError::unavailable("CPUID is not executable here"))?;
     let d = detect(&HostPaths::default(), &host, &LiveProbe);
-    let name = match args.backend {
-        Backend::Msr => "msr",
-        Backend::Kmod => "kmod",
-        Backend::PerfCqm => "perf-cqm",
-        Backend::None => "none",
-        _ => d.auto(Role::CacheMonitoring).map_or("none", |b| b.name),
+    let chosen = match args.backend {
+        // Detection names backends as `--backend` does.
+        Backend::Auto => d
+            .auto(Role::CacheMonitoring)
+            .and_then(|b| <Backend as clap::ValueEnum>::from_str(b.name, false).ok())
+            .unwrap_or(Backend::None),
+        named => named,
     };
-    let status = d.get(name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
+    let name = chosen.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+    let status = d.get(&name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
     if !status.available {
         return Err(CliError::unavailable(format!("backend {name} is unavailable: {}", status.reason)));
     }
-    match name {
-        "resctrl" => resctrl(args, false),
-        "kmod" => kmod(args, &host),
-        "msr" => msr(args, &host),
-        "none" => unsupported(args, &host, &d),
-        _ => perf_cqm(args, &host),
+    match chosen {
+        Backend::Resctrl => resctrl(args, false),
+        Backend::Kmod => kmod(args, &host),
+        Backend::Msr => msr(args, &host),
+        Backend::PerfCqm => perf_cqm(args, &host),
+        Backend::None | Backend::Auto | Backend::Emulated => unsupported(args, &host, &d),
     }
 }
 
@@ -486,6 +489,9 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
             }
             Err(CliError::output(why))
         }
-        Err(e) => Err(CliError::unavailable(e)),
+        // What the part reads went away: unavailable, as it would be at the start.
+        Err(e @ RunError::Part { why: PartError::Gone(_), .. }) => Err(CliError::unavailable(e)),
+        Err(e @ RunError::Part { .. }) => Err(CliError::Failed(anyhow::anyhow!("{e}"))),
+        Err(e @ RunError::Clock(_)) => Err(CliError::unavailable(e)),
     }
 }

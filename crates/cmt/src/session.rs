@@ -7,6 +7,7 @@
 use crate::{Caps, CorePinning, ReadError, Reader, Reading};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
+use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event, MsrDevice};
 use cachescope_rmid::{AllocError, Allocator, Config};
@@ -43,8 +44,8 @@ pub struct MsrBackend<D: MsrDevice + Clone> {
     left_alone: usize,
 }
 
-fn read_err(e: ReadError) -> String {
-    e.to_string()
+fn read_err(e: ReadError) -> PartError {
+    PartError::failed(e)
 }
 
 impl<D: MsrDevice + Clone> MsrBackend<D> {
@@ -88,7 +89,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
         self.attached.get(id).map(|a| a.rmid)
     }
 
-    fn domains_of(&self, cpus: &[u32]) -> Result<Vec<u32>, String> {
+    fn domains_of(&self, id: &str, cpus: &[u32]) -> Result<Vec<u32>, PartError> {
         let mut out = Vec::new();
         for &cpu in cpus {
             let d = self
@@ -96,7 +97,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
                 .iter()
                 .find(|(_, c)| c.contains(&cpu))
                 .map(|(d, _)| *d)
-                .ok_or_else(|| format!("CPU {cpu} is not an online CPU with an L3"))?;
+                .ok_or_else(|| PartError::container(id, format!("CPU {cpu} is not an online CPU with an L3")))?;
             if !out.contains(&d) {
                 out.push(d);
             }
@@ -105,7 +106,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
     }
 
     /// Read the occupancy of every limbo RMID; clean ones return to the free pool.
-    pub fn check_limbo(&mut self, now: Duration) -> Result<usize, String> {
+    pub fn check_limbo(&mut self, now: Duration) -> Result<usize, PartError> {
         let mut freed = 0;
         for &d in &self.info.domains {
             for rmid in self.alloc.limbo(d) {
@@ -123,7 +124,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
         Ok(freed)
     }
 
-    fn counter(&self, d: u32, rmid: u32, e: Event, generation: u64) -> Result<Option<Cumulative>, String> {
+    fn counter(&self, d: u32, rmid: u32, e: Event, generation: u64) -> Result<Option<Cumulative>, PartError> {
         if !self.reader.caps().events.contains(&e) {
             return Ok(None);
         }
@@ -139,12 +140,12 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
         if self.attached.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: self.rmid_of(c.id()) });
         }
         let domains = match &c.cpus {
-            Some(cpus) => self.domains_of(cpus)?,
+            Some(cpus) => self.domains_of(c.id(), cpus)?,
             None if self.tagger.is_some() => self.info.domains.clone(),
             None => return Ok(Attach::Waiting(WaitReason::CannotTag)),
         };
@@ -152,7 +153,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
             Ok(r) => r,
             Err(AllocError::Exhausted { .. }) => return Ok(Attach::Waiting(WaitReason::Exhausted)),
             Err(AllocError::OnlyLimbo { .. }) => return Ok(Attach::Waiting(WaitReason::Limbo)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(PartError::failed(e)),
         };
         let pin = match (&c.cpus, &self.tagger) {
             (Some(cpus), _) => {
@@ -167,14 +168,14 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.alloc.free(&c.id().to_string(), Duration::ZERO);
-                        return Err(e.to_string());
+                        return Err(PartError::failed(e));
                     }
                 }
             }
             (None, Some(t)) => {
                 if let Err(why) = t.tag(c.id(), Some(rmid)) {
                     self.alloc.free(&c.id().to_string(), Duration::ZERO);
-                    return Err(format!("tagging container {:?}: {why}", c.id()));
+                    return Err(PartError::container(c.id(), format!("tagging its tasks: {why}")));
                 }
                 None
             }
@@ -188,10 +189,10 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
 
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String> {
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError> {
         let Some(mut a) = self.attached.remove(id) else { return Ok(()) };
         if let Some(mut pin) = a.pin.take() {
-            let r = pin.restore().map_err(|e| e.to_string())?;
+            let r = pin.restore().map_err(PartError::failed)?;
             self.restored += r.restored;
             self.left_alone += r.left_alone.len();
         } else if let Some(t) = &self.tagger {
@@ -202,7 +203,12 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(
+        &mut self,
+        now: Duration,
+        read: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError> {
         let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
         for a in self.attached.values().filter(|a| read(&a.meta.id)) {
             for &d in &a.domains {
@@ -233,11 +239,11 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+    fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
         self.check_limbo(now)?;
         for a in self.attached.values() {
             if let Some(pin) = &a.pin {
-                for x in pin.verify().map_err(|e| e.to_string())? {
+                for x in pin.verify().map_err(PartError::failed)? {
                     cachescope_platform::say!(
                         "CPU {} PQR_ASSOC changed behind our back: {:#x}, expected {:#x}",
                         x.cpu,
@@ -266,7 +272,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         }
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
         let ids: Vec<String> = self.attached.keys().cloned().collect();
         for id in ids {
             self.detach(&id, Duration::ZERO)?;

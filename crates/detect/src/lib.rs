@@ -49,14 +49,18 @@ pub struct BackendStatus {
     /// Why it is unavailable, or what was found when it is available.
     pub reason: String,
     pub role: Role,
+    /// Available, but its values are emulated (the module loaded with emulate=1, for
+    /// tests): `auto` never takes it. Not in `info --json` (its reason says so).
+    #[serde(skip)]
+    pub emulated: bool,
 }
 
 impl BackendStatus {
     fn yes(name: &'static str, role: Role, reason: impl Into<String>) -> Self {
-        BackendStatus { name, role, available: true, reason: reason.into() }
+        BackendStatus { name, role, available: true, reason: reason.into(), emulated: false }
     }
     fn no(name: &'static str, role: Role, reason: impl Into<String>) -> Self {
-        BackendStatus { name, role, available: false, reason: reason.into() }
+        BackendStatus { name, role, available: false, reason: reason.into(), emulated: false }
     }
 }
 
@@ -76,7 +80,7 @@ impl Detection {
             .iter()
             .filter(|b| role != Role::CacheMonitoring || AUTO_CACHE.contains(&b.name))
             // A module loaded with emulate=1 is for tests: its values are never taken silently.
-            .filter(|b| !(b.name == "kmod" && b.reason.contains(KMOD_EMULATED)))
+            .filter(|b| !b.emulated)
             .find(|b| b.role == role && b.available)
     }
 
@@ -88,7 +92,6 @@ impl Detection {
 /// The cache-monitoring backends `auto` may pick, in order: the kernel module where it is
 /// loaded (it tags containers from their first instruction), then resctrl.
 const AUTO_CACHE: [&str; 3] = ["kmod", "resctrl", "none"];
-const KMOD_EMULATED: &str = "EMULATED counters";
 
 /// Probe everything. `host_cpu` is the running host's decoded CPUID (never a recorded dump:
 /// backends describe the machine we run on).
@@ -311,8 +314,10 @@ pub fn kmod(paths: &HostPaths, mounts: &[Mount]) -> BackendStatus {
             format!("resctrl is mounted at {}: it owns IA32_PQR_ASSOC too; unmount it", m.mount_point.display()),
         );
     }
-    let what = if emulate { format!("loaded with {KMOD_EMULATED} (emulate=1)") } else { "loaded".to_string() };
-    BackendStatus::yes(N, Role::CacheMonitoring, format!("{what}, {}; {}", dev.display(), listed.join(" ")))
+    let what = if emulate { "loaded with EMULATED counters (emulate=1)" } else { "loaded" };
+    let found =
+        BackendStatus::yes(N, Role::CacheMonitoring, format!("{what}, {}; {}", dev.display(), listed.join(" ")));
+    BackendStatus { emulated: emulate, ..found }
 }
 
 /// The legacy `intel_cqm` perf PMU (Linux 4.1–4.13).
@@ -352,11 +357,12 @@ pub fn none() -> BackendStatus {
 }
 
 pub fn emulated() -> BackendStatus {
-    BackendStatus::yes(
+    let status = BackendStatus::yes(
         "emulated",
         Role::CacheMonitoring,
         "software model of an RDT platform (always available; its occupancy and bandwidth are emulated, not measured)",
-    )
+    );
+    BackendStatus { emulated: true, ..status }
 }
 
 /// BPF attribution needs map creation and kernel BTF (for CO-RE programs).

@@ -15,6 +15,7 @@ use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
 use cachescope_emu::Scenario;
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
+use cachescope_engine::PartError;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -69,7 +70,7 @@ impl Play {
 }
 
 impl ContainerSource for Play {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
         self.polls += 1;
         if self.polls == 2 {
             if let Some(m) = &self.mount {
@@ -92,7 +93,7 @@ impl ContainerSource for Play {
                     Ok(())
                 });
             }
-            self.sandbox.spawn(&name, idle).map_err(|e| e.to_string())?;
+            self.sandbox.spawn(&name, idle).map_err(PartError::failed)?;
             let rel = format!("{}/{name}", self.sandbox.rel());
             let dir = self.root.join(&rel);
             let cgroup_id = std::fs::metadata(&dir).ok().map(|m| m.ino());

@@ -3,6 +3,7 @@
 //! Deltas are not its business: [`crate::derive`] makes them, once, for every backend.
 
 use crate::containers::{Container, ContainerSource};
+use crate::error::PartError;
 use crate::row::{ContainerMeta, MbmCounter, Status};
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::Cumulative;
@@ -146,15 +147,20 @@ pub trait CacheBackend {
     fn info(&self) -> &BackendInfo;
     /// Start monitoring a container (tag its tasks, create its group). Called as soon as
     /// the container is known, before its first interval is sampled.
-    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> Result<Attach, String>;
+    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> Result<Attach, PartError>;
     /// Stop monitoring a container (it stopped, or its RMID goes to a busier one).
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String>;
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError>;
     /// Read the attached containers that `read` wants (all of them but under overload, see
     /// [`crate::budget`]) in every domain they can have data in.
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String>;
+    fn collect(
+        &mut self,
+        now: Duration,
+        read: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError>;
     /// Periodic upkeep: limbo, task resync, groups that vanished. Returns the containers it
     /// could no longer monitor (detached), with the reason.
-    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts;
@@ -168,7 +174,7 @@ pub trait CacheBackend {
         Vec::new()
     }
     /// Restore what was changed (associations, groups); what was done, in words.
-    fn shutdown(&mut self) -> Result<Vec<String>, String>;
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError>;
 }
 
 /// The backend of hosts without cache monitoring: containers are followed and their PMU and
@@ -206,17 +212,22 @@ impl CacheBackend for Unsupported {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
         self.attached.insert(c.id().to_string(), c.meta.clone());
         Ok(Attach::Monitored { rmid: None })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
         self.attached.remove(id);
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(
+        &mut self,
+        now: Duration,
+        read: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError> {
         for meta in self.attached.values().filter(|m| read(&m.id)) {
             for &domain in &self.info.domains {
                 out.push(RawSample { status: Status::Unsupported, ..RawSample::new(meta.clone(), domain, now) });
@@ -238,7 +249,7 @@ impl CacheBackend for Unsupported {
         )]
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
         Ok(Vec::new())
     }
 }

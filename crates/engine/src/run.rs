@@ -13,6 +13,7 @@ use crate::budget::ReadBudget;
 use crate::clock::{Clock, Wake};
 use crate::containers::{Change, ContainerSource};
 use crate::derive::Derive;
+use crate::error::PartError;
 use crate::pmu::{Counted, Join, PmuSample, PmuSource};
 use crate::row::{Pmu, Row, Status};
 use crate::sched::{Lateness, TickerError};
@@ -66,14 +67,14 @@ pub enum RunError {
     #[error("{0}")]
     Clock(#[from] TickerError),
     #[error("{what}: {why}")]
-    Part { what: &'static str, why: String },
+    Part { what: &'static str, why: PartError },
     /// The run went to its end but an output could not finish (a full disk, a stdout that
     /// refused writes): what the run measured is in `summary`, what was lost in `why`.
     #[error("{why}")]
     Output { why: String, summary: Box<Summary> },
 }
 
-fn part(what: &'static str) -> impl FnOnce(String) -> RunError {
+fn part(what: &'static str) -> impl FnOnce(PartError) -> RunError {
     move |why| RunError::Part { what, why }
 }
 
@@ -456,6 +457,10 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
             Err(e) => output_errors.push(e),
         }
         summary.losses.extend(s.losses());
+    }
+    if let Some(last) = &st.slots.last_refusal {
+        st.messages
+            .push(format!("{} attaches refused for a container's own trouble (the last: {last})", st.slots.refused));
     }
     st.messages.extend(st.budget.summary(opts.interval, st.samples));
     st.messages.extend(st.lost.summary());

@@ -6,6 +6,7 @@
 pub use crate::backend::WaitReason;
 use crate::backend::{Attach, CacheBackend};
 use crate::containers::{Container, ContainerSource};
+use crate::error::PartError;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -70,6 +71,10 @@ pub struct Slots {
     cpu_prev: BTreeMap<String, (u64, Duration)>,
     cpu_rate: BTreeMap<String, f64>,
     pub evictions: u64,
+    /// Attaches a backend refused for the container's own trouble ([`PartError::Container`]):
+    /// how many, and the last one's words (said at the end of the run).
+    pub refused: u64,
+    pub last_refusal: Option<String>,
 }
 
 impl Slots {
@@ -97,7 +102,7 @@ impl Slots {
         backend: &mut dyn CacheBackend,
         src: &dyn ContainerSource,
         now: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), PartError> {
         if self.held.contains_key(c.id()) {
             return Ok(());
         }
@@ -110,8 +115,19 @@ impl Slots {
         backend: &mut dyn CacheBackend,
         src: &dyn ContainerSource,
         now: Duration,
-    ) -> Result<bool, String> {
-        match backend.attach(&c, src, now)? {
+    ) -> Result<bool, PartError> {
+        let attached = match backend.attach(&c, src, now) {
+            // That container's trouble, not the run's: it waits and is retried at upkeep
+            // (its source reports its end if it is gone).
+            Err(e @ PartError::Container { .. }) => {
+                self.refused += 1;
+                self.last_refusal = Some(e.to_string());
+                self.wait(c, WaitReason::Lost, now);
+                return Ok(false);
+            }
+            other => other?,
+        };
+        match attached {
             Attach::Monitored { rmid } => {
                 self.waiting.remove(c.id());
                 self.held.insert(c.id().to_string(), Held { container: c, rmid, since: now });
@@ -125,7 +141,7 @@ impl Slots {
     }
 
     /// A container stopped.
-    pub fn stop(&mut self, id: &str, backend: &mut dyn CacheBackend, now: Duration) -> Result<bool, String> {
+    pub fn stop(&mut self, id: &str, backend: &mut dyn CacheBackend, now: Duration) -> Result<bool, PartError> {
         self.waiting.remove(id);
         self.cpu_prev.remove(id);
         self.cpu_rate.remove(id);
@@ -143,7 +159,7 @@ impl Slots {
         backend: &mut dyn CacheBackend,
         src: &dyn ContainerSource,
         now: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), PartError> {
         for id in self.held.keys().chain(self.waiting.keys()) {
             if let Some(u) = src.cpu_usage_usec(id) {
                 if let Some((pu, pt)) = self.cpu_prev.insert(id.clone(), (u, now)) {
@@ -201,7 +217,7 @@ impl Slots {
     }
 
     /// Detach everything (at the end of a run).
-    pub fn stop_all(&mut self, backend: &mut dyn CacheBackend, now: Duration) -> Result<(), String> {
+    pub fn stop_all(&mut self, backend: &mut dyn CacheBackend, now: Duration) -> Result<(), PartError> {
         let ids: Vec<String> = self.held.keys().cloned().collect();
         for id in ids {
             self.stop(&id, backend, now)?;

@@ -5,6 +5,7 @@
 use crate::abi::{self, flags, kind, Info, Record, Stats};
 use crate::device::{KernelDevice, KmodError};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::PartError;
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
 use cachescope_platform::clock::monotonic;
@@ -117,8 +118,8 @@ impl KmodBackend {
     }
 
     /// Drain the device into `self.records`.
-    fn drain(&mut self) -> Result<(), String> {
-        self.dev.drain(&mut self.records).map(|_| ()).map_err(|e| e.to_string())
+    fn drain(&mut self) -> Result<(), PartError> {
+        Ok(self.dev.drain(&mut self.records).map(|_| ())?)
     }
 
     fn waiting_reason(&mut self) -> WaitReason {
@@ -223,7 +224,7 @@ impl CacheBackend for KmodBackend {
         self.origin = monotonic;
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
         let (Some(cgid), Some(dir)) = (c.cgroup_id, c.dir.clone()) else {
             return Ok(Attach::Waiting(WaitReason::CannotTag));
         };
@@ -235,7 +236,7 @@ impl CacheBackend for KmodBackend {
             Err(KmodError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOMEM) => {
                 return Ok(Attach::Waiting(WaitReason::TableFull))
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         let Some(rmid) = rmid else {
             return Ok(Attach::Waiting(self.waiting_reason()));
@@ -253,11 +254,11 @@ impl CacheBackend for KmodBackend {
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
         let Some(cgid) = self.cgroup_of.remove(id) else { return Ok(()) };
         if let Some(t) = self.by_cgroup.remove(&cgid) {
             // A live cgroup (the RMID policy takes its RMID): the kernel stops tagging it.
-            self.dev.detach(&t.dir).map_err(|e| e.to_string())?;
+            self.dev.detach(&t.dir)?;
         }
         Ok(())
     }
@@ -291,7 +292,7 @@ impl CacheBackend for KmodBackend {
         _now: Duration,
         _read: &dyn Fn(&str) -> bool,
         out: &mut Vec<RawSample>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PartError> {
         // The kernel decided what to read (what ran, and the rest round robin): all of it is kept.
         self.drain()?;
         // Each domain's ticks come in order, and the domains' interleave almost in order:
@@ -318,7 +319,7 @@ impl CacheBackend for KmodBackend {
         Ok(())
     }
 
-    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
         self.prune_early();
         if let Ok(s) = self.dev.stats() {
             self.stats = s;
@@ -356,8 +357,8 @@ impl CacheBackend for KmodBackend {
         v
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
-        let s = self.dev.stats().map_err(|e| e.to_string())?;
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+        let s = self.dev.stats()?;
         let mut m = vec![format!(
             "kmod: {} context switches seen, PQR_ASSOC written {} times; {} sampling ticks, {:.1} us each on average; \
              closing the device restores PQR_ASSOC and sends {} RMIDs to limbo",

@@ -29,6 +29,23 @@ pub enum KmodError {
     Rule { rule: String, why: String },
 }
 
+/// For the engine: a module that went away (unloaded, its device gone) ends the run as
+/// unavailable; anything else it refused is a failure.
+impl From<KmodError> for cachescope_engine::PartError {
+    fn from(e: KmodError) -> Self {
+        let gone = match &e {
+            KmodError::NotLoaded { .. } => true,
+            KmodError::Io { source, .. } => matches!(source.raw_os_error(), Some(libc::ENODEV | libc::ENXIO)),
+            _ => false,
+        };
+        if gone {
+            cachescope_engine::PartError::gone(e)
+        } else {
+            cachescope_engine::PartError::failed(e)
+        }
+    }
+}
+
 /// What the backend needs of the module: [`Device`] on a host where it is loaded, a fake in
 /// tests and in the collector's benchmark.
 pub trait KernelDevice: Send {

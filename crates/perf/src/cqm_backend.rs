@@ -12,6 +12,7 @@ use crate::counter::{CounterGroup, Target};
 use crate::cqm::{CqmEvent, CqmPmu};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
+use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
 use std::collections::BTreeMap;
@@ -107,7 +108,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
         if self.attached.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
         }
@@ -121,7 +122,14 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
                     Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => {
                         return Ok(Attach::Waiting(WaitReason::Exhausted))
                     }
-                    Err(err) => return Err(format!("intel_cqm {} for {} on CPU {cpu}: {err}", e.name, dir.display())),
+                    Err(err) => {
+                        let what = format!("intel_cqm {} for {} on CPU {cpu}: {err}", e.name, dir.display());
+                        // Its cgroup went away meanwhile: that container's trouble alone.
+                        return Err(match err.kind() {
+                            std::io::ErrorKind::NotFound => PartError::container(c.id(), what),
+                            _ => PartError::Failed(what),
+                        });
+                    }
                 }
             }
         }
@@ -131,13 +139,18 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         Ok(Attach::Monitored { rmid: None })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
         // Closing the events frees their RMIDs (the kernel keeps them in limbo).
         self.attached.remove(id);
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(
+        &mut self,
+        now: Duration,
+        read: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError> {
         for a in self.attached.values_mut().filter(|a| read(&a.meta.id)) {
             for &(domain, _) in &self.readers {
                 let mut s = RawSample::new(a.meta.clone(), domain, now);
@@ -167,7 +180,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         SlotCounts { in_use: self.attached.len() as u64, limbo: None }
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
         let n = self.attached.len();
         self.attached.clear();
         Ok(if n > 0 { vec![format!("closed the intel_cqm events of {n} containers")] } else { Vec::new() })

@@ -60,6 +60,17 @@ pub enum ResctrlError {
     NoCounter { path: PathBuf, status: String },
 }
 
+/// For the engine: a mount that is gone, or that no longer monitors L3, ends the run as
+/// unavailable; anything else resctrl refused is a failure.
+impl From<ResctrlError> for cachescope_engine::PartError {
+    fn from(e: ResctrlError) -> Self {
+        match e {
+            ResctrlError::NotMounted(_) | ResctrlError::NoL3Monitoring(_) => cachescope_engine::PartError::gone(e),
+            e => cachescope_engine::PartError::failed(e),
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ResctrlError + '_ {
     move |error| ResctrlError::Io { path: path.to_path_buf(), error }
 }

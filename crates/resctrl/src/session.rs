@@ -16,6 +16,7 @@ pub use assign::CounterPolicy;
 use assign::{release, Counters};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
+use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event};
 use std::collections::BTreeMap;
@@ -278,8 +279,12 @@ impl ContainerGroups {
     }
 }
 
-fn text(e: ResctrlError) -> String {
-    e.to_string()
+/// What resctrl refused while creating one container's group is that container's trouble.
+fn of_container(id: &str) -> impl FnOnce(ResctrlError) -> PartError + '_ {
+    move |e| match e {
+        ResctrlError::Mkdir { .. } | ResctrlError::BadId(_) | ResctrlError::NotOurs(_) => PartError::container(id, e),
+        e => e.into(),
+    }
 }
 
 impl CacheBackend for ContainerGroups {
@@ -291,20 +296,20 @@ impl CacheBackend for ContainerGroups {
         self.origin = Some(monotonic);
     }
 
-    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, _: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
         if self.groups.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
         }
-        let _lock = self.rc.lock().map_err(text)?;
+        let _lock = self.rc.lock()?;
         // resctrl does not say which RMID a group holds (only the debug mount does).
-        Ok(match self.try_create(c, src).map_err(text)? {
+        Ok(match self.try_create(c, src).map_err(of_container(c.id()))? {
             None => Attach::Monitored { rmid: None },
             Some(why) => Attach::Waiting(why),
         })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), String> {
-        self.remove(id).map_err(text)
+    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
+        Ok(self.remove(id)?)
     }
 
     /// Every group's counters: one sample per container and domain; a group that cannot be
@@ -312,7 +317,12 @@ impl CacheBackend for ContainerGroups {
     /// Each sample carries the time its MBM total was read (else its first value): the kernel
     /// reads a counter when asked, and on a loaded host the reads of many groups (or a late
     /// wake-up) take milliseconds that `now` alone would move into the next interval.
-    fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(
+        &mut self,
+        now: Duration,
+        want: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError> {
         let mut vanished = Vec::new();
         let origin = self.origin;
         let held = self.counters.as_ref().map(|c| &c.held);
@@ -380,25 +390,25 @@ impl CacheBackend for ContainerGroups {
 
     /// Leftovers removed, threads resynced, vanished groups re-created; those that cannot be
     /// are handed back to the RMID policy.
-    fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
-        self.remove_leftovers().map_err(text)?;
+    fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+        self.remove_leftovers()?;
         self.resync_tasks(src);
-        self.plan_counters(now).map_err(text)?;
+        self.plan_counters(now)?;
         let lost: Vec<String> =
             self.groups.iter().filter(|(_, m)| m.reader.is_none()).map(|(k, _)| k.clone()).collect();
         let mut out = Vec::new();
         if lost.is_empty() {
             return Ok(out);
         }
-        let _lock = self.rc.lock().map_err(text)?;
+        let _lock = self.rc.lock()?;
         for id in lost {
             let Some(m) = self.groups.remove(&id) else { continue };
             // Whatever is left of it is ours (another owner's is theirs); start over.
             if !m.foreign {
-                self.rc.remove_group(&m.group).map_err(text)?;
+                self.rc.remove_group(&m.group)?;
             }
             let c = Container { meta: m.meta.clone(), ..Default::default() };
-            match self.try_create(&c, src).map_err(text)? {
+            match self.try_create(&c, src).map_err(of_container(c.id()))? {
                 None => self.stats.recreated += 1,
                 Some(why) => out.push((id, why)),
             }
@@ -418,7 +428,7 @@ impl CacheBackend for ContainerGroups {
         out
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
         // First, so that it makes no group once ours are gone.
         let tagger = self.tagger.take();
         let tagged = tagger.as_ref().map(|t| {
@@ -429,12 +439,12 @@ impl CacheBackend for ContainerGroups {
         drop(tagger);
         let ids: Vec<String> = self.groups.keys().cloned().collect();
         for id in ids {
-            self.remove(&id).map_err(text)?;
+            self.remove(&id)?;
         }
-        self.remove_leftovers().map_err(text)?;
+        self.remove_leftovers()?;
         if let Some(c) = &self.counters {
             if c.on_mkdir_before == Some(true) {
-                self.rc.set_assign_on_mkdir(true).map_err(text)?;
+                self.rc.set_assign_on_mkdir(true)?;
                 // Absent where noting it failed (said at start).
                 std::fs::remove_file(assign::ON_MKDIR_NOTE).ok();
             }

@@ -23,6 +23,8 @@ struct Fake {
     /// Counter modulus (the width's), and CPU time a read of one container costs.
     wrap: u64,
     cost: Duration,
+    /// Attaches of this container refused, this many times, as the container's own trouble.
+    refuse: Option<(&'static str, u32)>,
 }
 
 impl Fake {
@@ -49,6 +51,7 @@ impl Fake {
             log,
             wrap: 1024,
             cost: Duration::ZERO,
+            refuse: None,
         }
     }
 }
@@ -57,7 +60,15 @@ impl CacheBackend for Fake {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, now: Duration) -> Result<Attach, String> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, now: Duration) -> Result<Attach, PartError> {
+        if let Some((id, n)) = self.refuse.as_mut().filter(|(id, n)| *id == c.id() && *n > 0) {
+            *n -= 1;
+            return Err(if *id == "fatal" {
+                PartError::failed("the device broke")
+            } else {
+                PartError::container(id, "ENOENT")
+            });
+        }
         let used: Vec<u32> = self.attached.values().map(|a| a.1).chain(self.limbo.iter().copied()).collect();
         let Some(rmid) = (1..=self.rmids).find(|r| !used.contains(r)) else {
             let reason = if self.limbo.is_empty() { WaitReason::Exhausted } else { WaitReason::Limbo };
@@ -67,14 +78,19 @@ impl CacheBackend for Fake {
         self.attached.insert(c.id().into(), (c.meta.clone(), rmid, now));
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), String> {
+    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError> {
         self.log.lock().unwrap().push(format!("detach {id} {}", now.as_millis()));
         if let Some(a) = self.attached.remove(id) {
             self.limbo.push(a.1);
         }
         Ok(())
     }
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> Result<(), String> {
+    fn collect(
+        &mut self,
+        now: Duration,
+        read: &dyn Fn(&str) -> bool,
+        out: &mut Vec<RawSample>,
+    ) -> Result<(), PartError> {
         for (meta, rmid, since) in self.attached.values().filter(|a| read(&a.0.id)) {
             let counts = (now - *since).as_millis() as u64 * self.rate;
             self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
@@ -98,14 +114,14 @@ impl CacheBackend for Fake {
         }
         Ok(())
     }
-    fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, String> {
+    fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
         self.limbo.clear();
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts {
         SlotCounts { in_use: self.attached.len() as u64, limbo: Some(self.limbo.len() as u64) }
     }
-    fn shutdown(&mut self) -> Result<Vec<String>, String> {
+    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
         Ok(vec!["fake shut down".into()])
     }
 }
@@ -114,7 +130,7 @@ impl CacheBackend for Fake {
 struct Script(Vec<(&'static str, u64, Option<u64>)>, Vec<&'static str>);
 
 impl ContainerSource for Script {
-    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), String> {
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
         let ms = now.as_millis() as u64;
         for &(id, start, stop) in &self.0 {
             let running = self.1.contains(&id);
@@ -239,6 +255,32 @@ fn no_rmid_rows_until_an_rmid_frees_up() {
     assert!(waiting.extra.iter().any(|l| l.contains("b (rmids exhausted)")), "{:?}", waiting.extra);
 }
 
+#[test]
+fn a_containers_own_trouble_does_not_end_the_run_but_anything_else_does() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let script = || Script(vec![("a", 0, None), ("b", 2, None)], Vec::new());
+    let mut fake = Fake::new(Sampling::Tick, 8, log.clone());
+    fake.refuse = Some(("b", 2));
+    let (p, kept) = parts(Box::new(fake), script(), None, 1);
+    let sum = run(p, &opts(1, 40)).unwrap();
+    // Refused at its start and at the first upkeep (10 ms), attached at the next.
+    assert!(log.lock().unwrap().iter().any(|l| l == "attach b 20"), "{:?}", log.lock().unwrap());
+    let k = kept[0].lock().unwrap();
+    let b: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == "b" && r.domain == 0).collect();
+    assert!(b.first().is_some_and(|r| r.status != Status::Ok) && b.last().is_some_and(|r| r.status == Status::Ok));
+    let said = sum.messages.iter().find(|m| m.contains("attaches refused")).expect("the refusals are said");
+    assert!(said.starts_with("2 attaches") && said.contains("container b: ENOENT"), "{said}");
+
+    let mut fake = Fake::new(Sampling::Tick, 8, log);
+    fake.refuse = Some(("fatal", 1));
+    let script = Script(vec![("fatal", 0, None)], Vec::new());
+    let (p, _) = parts(Box::new(fake), script, None, 1);
+    match run(p, &opts(1, 40)) {
+        Err(RunError::Part { what: "attach", why: PartError::Failed(w) }) => assert_eq!(w, "the device broke"),
+        other => panic!("{:?}", other.map(|s| s.messages)),
+    }
+}
+
 /// One PMU slot per ms per followed container: 1000 cycles and 1 ms of CPU on domain 0,
 /// delivered up to 1 s after `origin` at once (a source far ahead of the run).
 struct FakePmu {
@@ -263,7 +305,7 @@ impl PmuSource for FakePmu {
     fn unfollow(&mut self, id: &str) {
         self.followed.retain(|m| m.id != id);
     }
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, String> {
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, PartError> {
         while self.next < self.origin + Duration::from_secs(1) {
             self.next += Duration::from_millis(1);
             for m in &self.followed {
