@@ -22,7 +22,7 @@ fn scratch(name: &str) -> PathBuf {
 struct NoSource;
 
 impl ContainerSource for NoSource {
-    fn poll(&mut self, _: Duration, _: &mut Vec<cachescope_engine::containers::Change>) -> Result<(), String> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<cachescope_engine::containers::Change>) -> Result<(), cachescope_engine::PartError> {
         Ok(())
     }
     fn describe(&self) -> String {

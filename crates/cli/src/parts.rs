@@ -9,7 +9,7 @@ use cachescope_bpf::columns::{Choice, PmuColumns};
 use cachescope_cgroups::identity::Glob;
 use cachescope_cgroups::source::HostContainers;
 use cachescope_cgroups::Hierarchy;
-use cachescope_cmt::{check_interval, parse_core_groups, Caps, CoreGroups, MsrBackend, TaskTagger};
+use cachescope_cmt::{check_interval, parse_core_groups, rmid_config, Caps, CoreGroups, MsrBackend, TaskTagger};
 use cachescope_detect::{detect, HostPaths, LiveProbe, Role};
 use cachescope_emu::{DrivenWorld, EmuPlatform, Scenario, ScenarioContainers, ScenarioWorld};
 use cachescope_emu_resctrl::play::Play;
@@ -18,17 +18,14 @@ use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
 use cachescope_engine::pmu::PmuSource;
 use cachescope_engine::{CacheBackend, ContainerMeta, ContainerSource, PartError, Parts, RunError, Sink, TickerError};
 use cachescope_hw::cpuid::CpuidSnapshot;
-use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::CpuInfo;
-use cachescope_perf::cqm_backend::{CqmBackend, PerfOpener};
-use cachescope_platform::{DevMsr, InstructionCpuid, Topology};
+use cachescope_perf::cqm_backend::CqmBackend;
+use cachescope_platform::{InstructionCpuid, Topology};
 use cachescope_resctrl::tagger::Tagger;
 use cachescope_resctrl::{ContainerGroups, CounterPolicy, Resctrl};
-use cachescope_rmid::Config;
 use cachescope_sinks::parquet::Provenance;
 use cachescope_sinks::{RecordOptions, RecordSink, ServeSink};
 use clap::ValueEnum;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -149,32 +146,6 @@ struct Built {
     pmu_description: String,
 }
 
-fn info(label: String, cpuid: String, emulated: Option<String>, l3_bytes: Option<u64>) -> BackendInfo {
-    BackendInfo {
-        label,
-        cpuid,
-        domains: Vec::new(),
-        upscale: 1,
-        l3_bytes,
-        mbm_width: 64,
-        mbm_unit: 1,
-        mbm_correction: None,
-        sampling: Sampling::Virtual,
-        emulated,
-        upkeep_every: Duration::from_millis(100),
-        metadata: Vec::new(),
-    }
-}
-
-/// Linux's MBM correction factor where this CPU needs it (the msr and kmod backends read the
-/// counters themselves), said in the file metadata.
-fn mbm_correction(i: &mut BackendInfo, host: &CpuInfo) {
-    i.mbm_correction = MbmCorrection::for_cpu(host);
-    if let Some(c) = i.mbm_correction {
-        i.metadata.push(("cachescope.mbm_correction".into(), c.describe()));
-    }
-}
-
 fn host_cpu() -> Option<CpuInfo> {
     CpuidSnapshot::capture(&InstructionCpuid).ok().map(|s| CpuInfo::decode(&s))
 }
@@ -206,7 +177,7 @@ impl Common {
     }
 
     fn msr_interval(&self) -> Duration {
-        self.interval.unwrap_or(Duration::from_millis(1))
+        self.interval.unwrap_or(cachescope_cmt::DEFAULT_INTERVAL)
     }
 
     fn check_mbm_interval(&self, caps: &Caps) -> Result<(), CliError> {
@@ -300,6 +271,47 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
     }
 }
 
+/// What every run over this host's containers shares, read once: the cgroup tree, the
+/// `--containers` globs over it, and the CPU topology.
+struct HostParts {
+    cgroups: Hierarchy,
+    globs: Vec<Glob>,
+    topo: Topology,
+}
+
+impl HostParts {
+    /// `what` needs cgroup v2 to follow containers (said when it is not there).
+    fn read(args: &Common, what: &str) -> Result<HostParts, CliError> {
+        let cgroups = args.cgroup_v2(what)?;
+        let globs = args.globs(&cgroups)?;
+        Ok(HostParts { cgroups, globs, topo: topology()? })
+    }
+
+    /// The run: `backend` sampling every `interval`, the host's containers (`early`: who
+    /// sees a young container first) and their PMU source, its counts charged to the
+    /// domain `domain_of` gives each CPU.
+    fn finish(
+        self,
+        args: &Common,
+        backend: Box<dyn CacheBackend>,
+        interval: Duration,
+        domain_of: impl Fn(&Topology, u32) -> u32,
+        early: Option<cachescope_cgroups::watch::Early>,
+    ) -> Result<Built, CliError> {
+        let (pmu, pmu_description) = host_pmu(args, &self.topo, |c| domain_of(&self.topo, c))?;
+        let containers = HostContainers::start_with(&self.cgroups, self.globs, early).map_err(CliError::unavailable)?;
+        Ok(Built {
+            backend,
+            containers: Box::new(containers),
+            pmu,
+            world: None,
+            interval,
+            virtual_time: false,
+            pmu_description,
+        })
+    }
+}
+
 fn build(args: &Common) -> Result<Built, CliError> {
     if args.containers.iter().any(|g| g == "auto") && args.containers.len() > 1 {
         return Err(CliError::input("--containers: `auto` cannot be combined with globs"));
@@ -334,10 +346,6 @@ fn build(args: &Common) -> Result<Built, CliError> {
         Backend::PerfCqm => perf_cqm(args, &host),
         Backend::None | Backend::Auto | Backend::Emulated => unsupported(args, &host, &d),
     }
-}
-
-fn rmid_config(caps: &Caps, l3_bytes: u64) -> Config {
-    Config::with_default_threshold(caps.max_rmid, l3_bytes, Duration::from_millis(10))
 }
 
 /// Open every output asked for (fails early: an unwritable directory or a port in use is

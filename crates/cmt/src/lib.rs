@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 pub use pinning::{parse_core_groups, CoreGroups, CorePinning, PinError, Tampered};
-pub use session::{MsrBackend, TaskTagger};
+pub use session::{rmid_config, MsrBackend, TaskTagger, DEFAULT_INTERVAL};
 
 /// What the monitoring hardware offers, from CPUID.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,12 @@ pub struct Caps {
 }
 
 impl Caps {
+    /// What `cpu` offers for L3 monitoring; None without it.
+    pub fn of(cpu: &cachescope_hw::CpuInfo) -> Option<Caps> {
+        let l3 = cpu.monitoring.l3.as_ref()?;
+        Some(Caps::from_l3(l3, cpu.monitoring.max_rmid_any.unwrap_or(l3.max_rmid)))
+    }
+
     pub fn from_l3(l3: &L3Monitoring, max_rmid_any: u32) -> Caps {
         let mut events = Vec::new();
         for (on, e) in

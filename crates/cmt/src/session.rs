@@ -5,15 +5,27 @@
 //! held in limbo until their occupancy has decayed.
 
 use crate::{Caps, CorePinning, ReadError, Reader, Reading};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, SlotCounts};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event, MsrDevice};
+use cachescope_hw::CpuInfo;
+use cachescope_platform::{DevMsr, Topology};
 use cachescope_rmid::{AllocError, Allocator, Config};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The msr backend's interval when none is given: the product's 1 ms.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
+
+/// RMIDs for `caps` on an L3 of `l3_bytes`: the allocator's default limbo threshold, limbo
+/// checked every 10 ms.
+pub fn rmid_config(caps: &Caps, l3_bytes: u64) -> Config {
+    Config::with_default_threshold(caps.max_rmid, l3_bytes, Duration::from_millis(10))
+}
 
 /// Whoever moves a container's threads onto an RMID: a kernel module, or the emulator playing
 /// the kernel.
@@ -132,6 +144,23 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
             Reading::Count(value) => Some(Cumulative { generation, value }),
             _ => None,
         })
+    }
+}
+
+impl MsrBackend<Arc<DevMsr>> {
+    /// The backend on this host's `/dev/cpu/N/msr`, for core groups: RMIDs and counter width
+    /// from `cpu`, domains from `topo`, Linux's MBM correction where `cpu` needs it, each core's
+    /// association checked every second. None where `cpu` has no L3 monitoring.
+    pub fn on_host(cpu: &CpuInfo, topo: &Topology) -> Option<Self> {
+        let caps = Caps::of(cpu)?;
+        let l3_bytes = topo.l3_bytes();
+        let mut info = BackendInfo::new("msr", cpu.summary(), l3_bytes);
+        info.correct_mbm_for(cpu);
+        info.sampling = Sampling::Tick;
+        info.upkeep_every = Duration::from_secs(1);
+        let cfg = rmid_config(&caps, l3_bytes.unwrap_or(0));
+        let dev = Arc::new(DevMsr::new(Path::new("/dev")));
+        Some(MsrBackend::new(dev, caps, &topo.domain_cpus(), cfg, None, info))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use cachescope_cmt::*;
 use cachescope_emu::{EmuPlatform, Scenario};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, Sampling};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
 use cachescope_engine::PartError;
@@ -54,20 +54,8 @@ fn reader(p: &Arc<EmuPlatform>) -> Reader<Arc<EmuPlatform>> {
 fn backend(p: &Arc<EmuPlatform>, min_limbo: Duration, tag: bool) -> MsrBackend<Arc<EmuPlatform>> {
     let caps = reader(p).caps().clone();
     let cfg = Config::with_default_threshold(caps.max_rmid, p.l3_bytes(), min_limbo);
-    let info = BackendInfo {
-        label: "emulated".into(),
-        cpuid: String::new(),
-        domains: Vec::new(),
-        upscale: 0,
-        l3_bytes: Some(p.l3_bytes()),
-        mbm_width: 0,
-        mbm_unit: 0,
-        mbm_correction: None,
-        sampling: Sampling::Virtual,
-        emulated: Some("a scenario".into()),
-        upkeep_every: Duration::from_millis(10),
-        metadata: Vec::new(),
-    };
+    let mut info = BackendInfo::new("emulated", String::new(), Some(p.l3_bytes()));
+    (info.emulated, info.upkeep_every) = (Some("a scenario".into()), Duration::from_millis(10));
     let tagger: Option<Box<dyn TaskTagger>> = if tag { Some(Box::new(Tagger(p.clone()))) } else { None };
     MsrBackend::new(p.clone(), caps, &p.domains(), cfg, tagger, info)
 }

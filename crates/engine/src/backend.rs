@@ -53,6 +53,36 @@ pub struct BackendInfo {
     pub metadata: Vec<(String, String)>,
 }
 
+impl BackendInfo {
+    /// A backend's description before it fills in what it knows: no domains yet, counters
+    /// that do not wrap, counted in bytes, sampled in virtual time, upkeep every 100 ms.
+    pub fn new(label: impl Into<String>, cpuid: String, l3_bytes: Option<u64>) -> BackendInfo {
+        BackendInfo {
+            label: label.into(),
+            cpuid,
+            domains: Vec::new(),
+            upscale: 1,
+            l3_bytes,
+            mbm_width: 64,
+            mbm_unit: 1,
+            mbm_correction: None,
+            sampling: Sampling::Virtual,
+            emulated: None,
+            upkeep_every: Duration::from_millis(100),
+            metadata: Vec::new(),
+        }
+    }
+
+    /// Linux's MBM correction factor where this CPU needs it (for the backends that read the
+    /// counters themselves), said in the file metadata.
+    pub fn correct_mbm_for(&mut self, cpu: &cachescope_hw::CpuInfo) {
+        self.mbm_correction = MbmCorrection::for_cpu(cpu);
+        if let Some(c) = self.mbm_correction {
+            self.metadata.push(("cachescope.mbm_correction".into(), c.describe()));
+        }
+    }
+}
+
 /// One container in one domain at one instant: cumulative counters as read.
 #[derive(Debug, Clone)]
 pub struct RawSample {
@@ -187,23 +217,10 @@ pub struct Unsupported {
 impl Unsupported {
     /// `why`: the reason there is no cache monitoring here (said in the header and metadata).
     pub fn new(domains: Vec<u32>, l3_bytes: Option<u64>, cpuid: String, why: &str) -> Unsupported {
-        Unsupported {
-            info: BackendInfo {
-                label: "none (no cache monitoring here)".into(),
-                cpuid,
-                domains,
-                upscale: 1,
-                l3_bytes,
-                mbm_width: 64,
-                mbm_unit: 1,
-                mbm_correction: None,
-                sampling: Sampling::Unsupported,
-                emulated: None,
-                upkeep_every: Duration::from_secs(1),
-                metadata: vec![("cachescope.unsupported".into(), why.to_string())],
-            },
-            attached: Default::default(),
-        }
+        let mut info = BackendInfo::new("none (no cache monitoring here)", cpuid, l3_bytes);
+        (info.domains, info.sampling, info.upkeep_every) = (domains, Sampling::Unsupported, Duration::from_secs(1));
+        info.metadata.push(("cachescope.unsupported".into(), why.to_string()));
+        Unsupported { info, attached: Default::default() }
     }
 }
 

@@ -74,23 +74,19 @@ impl KmodBackend {
             if k.emulate != 0 { ", EMULATED" } else { "" }
         );
         let info = BackendInfo {
-            label,
-            cpuid,
             domains: k.domains().to_vec(),
             upscale: k.upscale,
-            l3_bytes: Some(k.l3_bytes),
             mbm_width: k.ctr_width,
             mbm_unit: k.upscale,
-            mbm_correction: None,
             sampling: Sampling::Kernel,
             emulated,
-            upkeep_every: Duration::from_millis(100),
             metadata: vec![
                 ("cachescope.kmod.interval_ns".into(), k.interval_ns.to_string()),
                 ("cachescope.kmod.num_rmids".into(), k.num_rmids.to_string()),
                 ("cachescope.kmod.rules".into(), rules.join(" ")),
                 ("cachescope.kmod.adopted".into(), adopted.to_string()),
             ],
+            ..BackendInfo::new(label, cpuid, Some(k.l3_bytes))
         };
         Ok(KmodBackend {
             dev,
@@ -109,8 +105,42 @@ impl KmodBackend {
         })
     }
 
+    /// The module on this host (its device at [`crate::device::DEFAULT_PATH`]) watching
+    /// `rules`, with Linux's MBM correction where `cpu` needs it and the counters are real.
+    pub fn on_host(rules: &[String], cpu: &cachescope_hw::CpuInfo) -> Result<KmodBackend, KmodError> {
+        let dev = crate::Device::open(std::path::Path::new(crate::device::DEFAULT_PATH))?;
+        let mut backend = KmodBackend::new(Box::new(dev), rules, cpu.summary())?;
+        if backend.kinfo.emulate == 0 {
+            backend.info.correct_mbm_for(cpu);
+        }
+        Ok(backend)
+    }
+
     pub fn kernel_info(&self) -> &Info {
         &self.kinfo
+    }
+
+    /// The module samples every `interval_us` (its parameter): the run's interval is that,
+    /// and an `asked` one that differs is refused (with why).
+    pub fn interval(&self, asked: Option<Duration>) -> Result<Duration, String> {
+        let period = Duration::from_nanos(self.kinfo.interval_ns);
+        match asked.filter(|i| *i != period) {
+            Some(i) => Err(format!(
+                "{i:?}: the module samples every {period:?} (its interval_us parameter); leave it unset or reload the module"
+            )),
+            None => Ok(period),
+        }
+    }
+
+    /// The domain a CPU's PMU counts are charged to, as the module's rows name domains: its
+    /// emulated domains deal CPUs round robin (emu_domains under /sys/module); None where the
+    /// domains are the host's L3s.
+    pub fn emulated_domains(&self) -> Option<u32> {
+        if self.kinfo.emulate == 0 {
+            return None;
+        }
+        let params = crate::device::parameters(std::path::Path::new(crate::device::SYSFS)).unwrap_or_default();
+        params.iter().find(|(n, _)| n == "emu_domains").and_then(|(_, v)| v.parse().ok()).filter(|&n: &u32| n > 0)
     }
 
     fn at(&self, time_ns: u64) -> Duration {

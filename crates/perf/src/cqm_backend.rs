@@ -9,12 +9,13 @@
 //! tree and fake counters: no kernel we run has this PMU.
 
 use crate::counter::{CounterGroup, Target};
-use crate::cqm::{CqmEvent, CqmPmu};
+use crate::cqm::{CqmError, CqmEvent, CqmPmu};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
+use cachescope_platform::Topology;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -32,6 +33,10 @@ pub trait CqmCounter {
 pub trait CqmOpener {
     fn open(&self, event: &CqmEvent, cgroup_dir: &Path, cpu: usize) -> io::Result<Box<dyn CqmCounter>>;
 }
+
+/// perf-cqm's interval when none is given: each read of an `intel_cqm` event is a syscall
+/// that reads the counter on a CPU of its domain, so it samples as resctrl does.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The real one.
 pub struct PerfOpener;
@@ -100,6 +105,16 @@ impl<O: CqmOpener> CqmBackend<O> {
         info.mbm_unit = mbm_unit.round().max(1.0) as u64;
         info.upscale = pmu.events.iter().find(|e| e.name == "llc_occupancy").map_or(1, |e| bytes_per_count(e) as u64);
         CqmBackend { info, pmu, opener, readers, attached: BTreeMap::new(), generation: 0 }
+    }
+}
+
+impl CqmBackend<PerfOpener> {
+    /// The backend on this host: the `intel_cqm` PMU under `sys` (/sys), read on one CPU of
+    /// each L3 domain of `topo`.
+    pub fn on_host(sys: &Path, topo: &Topology, cpuid: String) -> Result<Self, CqmError> {
+        let pmu = crate::cqm::discover(sys)?;
+        let info = BackendInfo::new("perf-cqm (intel_cqm PMU)", cpuid, topo.l3_bytes());
+        Ok(CqmBackend::new(pmu, PerfOpener, &topo.domain_cpus(), info))
     }
 }
 

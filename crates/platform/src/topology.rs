@@ -112,6 +112,21 @@ impl Topology {
     pub fn domain_of(&self, cpu: u32) -> Option<&L3Domain> {
         self.l3_domains.iter().find(|d| d.cpus.contains(&cpu))
     }
+
+    /// The id of `cpu`'s L3 domain; 0 for a CPU without one (its counts must go somewhere).
+    pub fn domain_id_of(&self, cpu: u32) -> u32 {
+        self.domain_of(cpu).map_or(0, |d| d.id)
+    }
+
+    /// Each L3 domain's id with its CPUs, as the backends that read per domain take them.
+    pub fn domain_cpus(&self) -> Vec<(u32, Vec<u32>)> {
+        self.l3_domains.iter().map(|d| (d.id, d.cpus.clone())).collect()
+    }
+
+    /// The size of the largest L3, where sysfs says it.
+    pub fn l3_bytes(&self) -> Option<u64> {
+        self.l3_domains.iter().filter_map(|d| d.size_bytes).max()
+    }
 }
 
 /// The NUMA node of `cpu` (its `nodeN` link under `<sys_root>/devices/system/cpu/cpuC`), None

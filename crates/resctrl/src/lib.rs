@@ -16,7 +16,7 @@ pub mod tagger;
 mod value;
 
 pub use reader::{GroupReader, Read, ReadError};
-pub use session::{ContainerGroups, CounterPolicy, SessionStats};
+pub use session::{ContainerGroups, CounterPolicy, SessionStats, DEFAULT_INTERVAL, MIN_INTERVAL};
 pub use value::Value;
 
 use cachescope_hw::msr::Event;

@@ -19,8 +19,11 @@ use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Cumulative, Event};
-use std::collections::BTreeMap;
+use cachescope_hw::CpuInfo;
+use cachescope_platform::Topology;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +68,12 @@ struct Managed {
     foreign: bool,
 }
 
+/// resctrl's interval when none is given.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
+/// The shortest interval resctrl sustains: each read is a syscall that takes the kernel's
+/// global resctrl mutex.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
 pub struct ContainerGroups {
     info: BackendInfo,
     rc: Resctrl,
@@ -105,6 +114,8 @@ impl ContainerGroups {
         info.mbm_width = 64;
         info.mbm_unit = 1;
         info.sampling = Sampling::Tick;
+        // Limbo is the kernel's: upkeep re-creates lost groups and moves stray threads.
+        info.upkeep_every = Duration::from_millis(500);
         let leftovers = rc.our_groups()?.into_iter().map(|(g, id)| (id, g)).collect();
         let counters = Counters::start(&rc, &mon, &domains)?;
         Ok(ContainerGroups {
@@ -120,6 +131,26 @@ impl ContainerGroups {
             counters,
             tagger: None,
         })
+    }
+
+    /// The backend on the host's mount `rc`: occupancy in `cpu`'s units where CPUID is
+    /// readable (`cpu`), L3 size from `topo`.
+    pub fn on_host(rc: Resctrl, cpu: Option<&CpuInfo>, topo: &Topology) -> Result<ContainerGroups, ResctrlError> {
+        let cpuid = cpu.map_or("CPUID unreadable".into(), CpuInfo::summary);
+        let mut info = BackendInfo::new("resctrl", cpuid, topo.l3_bytes());
+        info.upscale = cpu.and_then(|c| c.monitoring.l3.as_ref()).map_or(1, |l3| u64::from(l3.upscale_factor));
+        ContainerGroups::new(rc, info)
+    }
+
+    /// Where a CPU's PMU counts go, as this backend's rows name domains: its NUMA node with
+    /// Sub-NUMA Clustering (the rows' domains are nodes then), else its L3 (`topo`).
+    pub fn pmu_domain_of(&self, topo: &Topology) -> impl Fn(u32) -> u32 + use<> {
+        let snc = self.domains.iter().any(|d| !d.sub.is_empty());
+        let node = |c: u32| cachescope_platform::topology::numa_node_of(Path::new("/sys"), c);
+        let nodes: HashMap<u32, u32> =
+            if snc { topo.cpus.iter().filter_map(|c| Some((c.cpu, node(c.cpu)?))).collect() } else { HashMap::new() };
+        let l3: HashMap<u32, u32> = topo.online_cpus().map(|c| (c, topo.domain_id_of(c))).collect();
+        move |c| nodes.get(&c).or_else(|| l3.get(&c)).copied().unwrap_or(0)
     }
 
     /// Young containers tagged at their first thread by `tagger` (its sender goes to the

@@ -6,7 +6,7 @@
 
 use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_emu_resctrl::{fuse_available, proc_resolver, Fault, Mounted, Options, TaskLookup, TaskResolver};
-use cachescope_engine::backend::{BackendInfo, CacheBackend, Sampling};
+use cachescope_engine::backend::{BackendInfo, CacheBackend};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
 use cachescope_engine::slots::Slots;
@@ -95,20 +95,7 @@ fn container(id: &str) -> Container {
 
 impl Run {
     fn new(rc: Resctrl) -> Run {
-        let info = BackendInfo {
-            label: "resctrl".into(),
-            cpuid: String::new(),
-            domains: Vec::new(),
-            upscale: 1,
-            l3_bytes: None,
-            mbm_width: 0,
-            mbm_unit: 0,
-            mbm_correction: None,
-            sampling: Sampling::Tick,
-            emulated: None,
-            upkeep_every: Duration::from_millis(500),
-            metadata: Vec::new(),
-        };
+        let info = BackendInfo::new("resctrl", String::new(), None);
         let s = ContainerGroups::new(rc, info).unwrap();
         let derive = Derive::new(s.info().mbm_width, s.info().mbm_unit, 0);
         Run { s, slots: Slots::default(), derive }

@@ -26,12 +26,8 @@ pub(super) fn emulate(args: &Common) -> Result<Built, CliError> {
     let caps = emu_caps(&emu);
     args.check_mbm_interval(&caps)?;
     let path = args.scenario.as_deref().map_or(String::new(), |p| p.display().to_string());
-    let mut i = info(
-        format!("emulated ({model})"),
-        emu.cpu_info().summary(),
-        Some(format!("the scenario {path}")),
-        Some(emu.l3_bytes()),
-    );
+    let mut i = BackendInfo::new(format!("emulated ({model})"), emu.cpu_info().summary(), Some(emu.l3_bytes()));
+    i.emulated = Some(format!("the scenario {path}"));
     let (containers, tagger): (Box<dyn ContainerSource>, Option<Box<dyn TaskTagger>>) = match &args.cores {
         Some(groups) => {
             let groups = parse_core_groups(groups).map_err(CliError::input)?;
@@ -67,15 +63,15 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
             "--fast needs --scenario: without one the host's containers drive the emulated cache in real time",
         ));
     }
-    let topo = topology()?;
-    let emu = Arc::new(EmuPlatform::like_host(model, &topo).map_err(|e| match e {
+    let parts = HostParts::read(args, "--emulate without --scenario")?;
+    let topo = &parts.topo;
+    let emu = Arc::new(EmuPlatform::like_host(model, topo).map_err(|e| match e {
         cachescope_emu::EmuError::Host(_) => CliError::unavailable(e),
         _ => CliError::input(e),
     })?);
-    let h = args.cgroup_v2("--emulate without --scenario")?;
     // PMU counts are charged to emulated domains (their index), as the rows are.
     let index = |cpu: u32| topo.l3_domains.iter().position(|d| d.cpus.contains(&cpu)).unwrap_or(0) as u32;
-    let pmu = args.pmu(&topo, index).map_err(|why| {
+    let pmu = args.pmu(topo, index).map_err(|why| {
         CliError::unavailable(format!(
             "--emulate without --scenario measures the host's containers with eBPF or perf events, which are {why}"
         ))
@@ -87,19 +83,16 @@ fn host_driven(args: &Common) -> Result<Built, CliError> {
     );
     let caps = emu_caps(&emu);
     args.check_mbm_interval(&caps)?;
-    let i = info(
-        format!("emulated ({model}) driven by host containers"),
-        emu.cpu_info().summary(),
-        Some(driver),
-        Some(emu.l3_bytes()),
-    );
+    let label = format!("emulated ({model}) driven by host containers");
+    let mut i = BackendInfo::new(label, emu.cpu_info().summary(), Some(emu.l3_bytes()));
+    i.emulated = Some(driver);
     let cfg = rmid_config(&caps, emu.l3_bytes());
     let backend = MsrBackend::new(emu.clone(), caps, &emu.domains(), cfg, Some(Box::new(EmuTagger(emu.clone()))), i);
     let domains = (0..topo.l3_domains.len() as u32).collect();
     let desc = pmu.describe();
     Ok(Built {
         backend: Box::new(backend),
-        containers: Box::new(HostContainers::start(&h, args.globs(&h)?).map_err(CliError::unavailable)?),
+        containers: Box::new(HostContainers::start(&parts.cgroups, parts.globs).map_err(CliError::unavailable)?),
         pmu: Some(Box::new(pmu)),
         world: Some(Box::new(DrivenWorld::new(emu, domains, misses))),
         interval: args.msr_interval(),

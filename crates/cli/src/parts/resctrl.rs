@@ -6,10 +6,11 @@ use super::*;
 /// resctrl: the kernel's mount, or (with `--emulate`) the emulated one over FUSE with the
 /// scenario played as real cgroups and processes.
 pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
-    let interval = args.interval.unwrap_or(Duration::from_millis(100));
-    if interval < Duration::from_millis(1) {
+    let interval = args.interval.unwrap_or(cachescope_resctrl::DEFAULT_INTERVAL);
+    if interval < cachescope_resctrl::MIN_INTERVAL {
         return Err(CliError::input(format!(
-            "--interval {interval:?} is shorter than resctrl can sustain (each read is a syscall that takes the kernel's global mutex): use 1ms or more"
+            "--interval {interval:?} is shorter than resctrl can sustain (each read is a syscall that takes the kernel's global mutex): use {:?} or more",
+            cachescope_resctrl::MIN_INTERVAL
         )));
     }
     if args.fast {
@@ -20,18 +21,17 @@ pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
     if args.cores.is_some() {
         return Err(CliError::input("--cores is for the msr backend; resctrl monitors containers"));
     }
-    let h = args.cgroup_v2("the resctrl backend")?;
-    let topo = topology()?;
+    let parts = HostParts::read(args, "the resctrl backend")?;
     if emulate {
         let (scenario, model, platform) = args.emulation(
             "--backend resctrl --emulate needs --scenario FILE; without --backend resctrl, --emulate MODEL follows this host's containers",
         )?;
-        if let Some(said) = cachescope_emu_resctrl::play::clean_leftovers(&h).said() {
+        if let Some(said) = cachescope_emu_resctrl::play::clean_leftovers(&parts.cgroups).said() {
             cachescope_platform::say!("{said}");
         }
         // A lead well beyond one interval, so a late wake-up cannot let a container start first.
         let lead = (interval * 2).max(Duration::from_millis(100));
-        let mut play = Play::new(&h, &scenario, lead).map_err(CliError::unavailable)?;
+        let mut play = Play::new(&parts.cgroups, &scenario, lead).map_err(CliError::unavailable)?;
         let prefix = format!("{}/", play.rel_prefix());
         let workload = move |cg: &str| cg.strip_prefix(&prefix).map(|n| n.split('/').next().unwrap_or(n).to_string());
         // The platform's clock starts once the first containers are attached.
@@ -41,11 +41,11 @@ pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let root = m.root().to_path_buf();
         let label = format!("resctrl (emulated {model}, FUSE at {})", root.display());
         let emulated = Some(format!("the scenario {}", args.scenario.as_deref().unwrap_or(Path::new("")).display()));
-        let i = info(label, platform.cpu_info().summary(), emulated, Some(platform.l3_bytes()));
-        let groups = ContainerGroups::new(Resctrl::at(root), resctrl_info(i, platform.l3().upscale_factor))
-            .map_err(CliError::unavailable)?;
+        let mut i = BackendInfo::new(label, platform.cpu_info().summary(), Some(platform.l3_bytes()));
+        (i.emulated, i.upscale) = (emulated, u64::from(platform.l3().upscale_factor));
+        let groups = ContainerGroups::new(Resctrl::at(root), i).map_err(CliError::unavailable)?;
         play.hold(m);
-        let (pmu, desc) = host_pmu(args, &topo, |c| topo.domain_of(c).map_or(0, |d| d.id))?;
+        let (pmu, desc) = host_pmu(args, &parts.topo, |c| parts.topo.domain_id_of(c))?;
         return Ok(Built {
             backend: Box::new(groups),
             containers: Box::new(play),
@@ -70,11 +70,6 @@ pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         }
         Err(e) => return Err(CliError::unavailable(e)),
     };
-    let cpu = host_cpu();
-    let upscale = cpu.as_ref().and_then(|c| c.monitoring.l3.as_ref()).map_or(1, |l3| l3.upscale_factor);
-    let l3_bytes = topo.l3_domains.iter().filter_map(|d| d.size_bytes).max();
-    let cpuid = cpu.as_ref().map_or("CPUID unreadable".into(), CpuInfo::summary);
-    let i = info("resctrl".into(), cpuid, None, l3_bytes);
     // Checked before the backend turns the kernel's mbm_assign_on_mkdir off.
     let policy = args.counter_policy()?;
     // Young containers tagged at their first thread, before the engine attaches them.
@@ -82,35 +77,12 @@ pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         cachescope_cgroups::threads(dir, "", true).map_err(|e| std::io::Error::other(e.to_string()))
     })
     .map_err(|e| CliError::unavailable(format!("resctrl's tagger: {e}")))?;
-    let groups = ContainerGroups::new(rc, resctrl_info(i, upscale))
+    let groups = ContainerGroups::on_host(rc, host_cpu().as_ref(), &parts.topo)
         .map_err(CliError::unavailable)?
         .with_counter_policy(policy)
         .with_tagger(tagger);
     // With Sub-NUMA Clustering the rows' domains are nodes: the PMU columns follow them.
-    let snc = groups.domains().iter().any(|d| !d.sub.is_empty());
-    let node = |c: u32| cachescope_platform::topology::numa_node_of(Path::new("/sys"), c);
-    let nodes: HashMap<u32, u32> =
-        if snc { topo.cpus.iter().filter_map(|c| Some((c.cpu, node(c.cpu)?))).collect() } else { HashMap::new() };
-    let (pmu, desc) = host_pmu(args, &topo, |c| match nodes.get(&c) {
-        Some(&n) => n,
-        None => topo.domain_of(c).map_or(0, |d| d.id),
-    })?;
-    Ok(Built {
-        backend: Box::new(groups),
-        containers: Box::new(
-            HostContainers::start_with(&h, args.globs(&h)?, Some(Box::new(move |id, dir| young.young(id, dir))))
-                .map_err(CliError::unavailable)?,
-        ),
-        pmu,
-        world: None,
-        interval,
-        virtual_time: false,
-        pmu_description: desc,
-    })
-}
-
-pub(super) fn resctrl_info(mut i: BackendInfo, upscale: u32) -> BackendInfo {
-    i.upscale = u64::from(upscale);
-    i.upkeep_every = Duration::from_millis(500);
-    i
+    let domain_of = groups.pmu_domain_of(&parts.topo);
+    let early: cachescope_cgroups::watch::Early = Box::new(move |id, dir| young.young(id, dir));
+    parts.finish(args, Box::new(groups), interval, move |_, c| domain_of(c), Some(early))
 }

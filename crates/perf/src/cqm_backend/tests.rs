@@ -57,20 +57,7 @@ impl ContainerSource for NoSource {
 }
 
 fn info() -> BackendInfo {
-    BackendInfo {
-        label: "perf-cqm".into(),
-        cpuid: String::new(),
-        domains: Vec::new(),
-        upscale: 0,
-        l3_bytes: None,
-        mbm_width: 0,
-        mbm_unit: 0,
-        mbm_correction: None,
-        sampling: Sampling::Virtual,
-        emulated: None,
-        upkeep_every: Duration::from_secs(1),
-        metadata: Vec::new(),
-    }
+    BackendInfo::new("perf-cqm", String::new(), None)
 }
 
 fn container(id: &str, dir: Option<&str>) -> Container {
