@@ -167,7 +167,6 @@ void cs_stop(void)
 
 /* ---- CPU hotplug ---- */
 
-enum cpuhp_state cs_hp_state;
 
 /* Under d->lock: a domain that lost its last CPU says so for every RMID in use there. */
 static void cs_domain_gone(struct cs_domain *d, u64 now)

@@ -42,10 +42,23 @@ fn within(s: &str, lo: Duration, hi: Duration, range: &str) -> Result<Duration, 
     Ok(d)
 }
 
-/// `--interval`: 100us to 10m. Below 100 us the collector cannot keep its grid (a 0.5 us
-/// interval made a 2 s run take 10.7 s); above 10 m counters may wrap between reads.
+/// `--interval`'s range: below 100 us the collector cannot keep its grid (a 0.5 us interval
+/// made a 2 s run take 10.7 s); above 10 m counters may wrap between reads.
+pub const INTERVALS: (Duration, Duration) = (Duration::from_micros(100), Duration::from_secs(600));
+
+/// `--interval`: within [`INTERVALS`].
 pub fn interval(s: &str) -> Result<Duration, String> {
-    within(s, Duration::from_micros(100), Duration::from_secs(600), "from 100us to 10m")
+    let (lo, hi) = INTERVALS;
+    within(s, lo, hi, &format!("from {} to {}", short(lo), short(hi)))
+}
+
+/// A whole duration in the largest unit that writes it without a fraction (`100us`, `1ms`,
+/// `10m`), as the docs write defaults and ranges.
+pub fn short(d: Duration) -> String {
+    let us = d.as_micros();
+    let units = [(3_600_000_000, "h"), (60_000_000, "m"), (1_000_000, "s"), (1_000, "ms"), (1, "us")];
+    let (size, unit) = units.into_iter().find(|(size, _)| us % size == 0 && us >= *size).unwrap_or((1, "us"));
+    format!("{}{unit}", us / size)
 }
 
 /// `--duration`: 1us to 10 years (it must also cover one interval; checked with the interval).
@@ -99,5 +112,13 @@ mod tests {
         assert!(super::rotate_every("500ms").is_err());
         let e = super::parse("5").unwrap_err();
         assert!(e.contains("us, ms, s, m or h"), "{e}");
+    }
+
+    #[test]
+    fn short_forms() {
+        let d = |us| super::short(Duration::from_micros(us));
+        assert_eq!([d(100), d(1000), d(1500), d(100_000), d(600_000_000), d(7_200_000_000)], [
+            "100us", "1ms", "1500us", "100ms", "10m", "2h"
+        ]);
     }
 }

@@ -31,12 +31,11 @@ pub struct InfoArgs {
 
 pub fn run(args: &InfoArgs) -> Result<(), CliError> {
     let report = build(args)?;
-    if args.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|e| CliError::Input(anyhow!(e)))?;
-        crate::error::print_out(&format!("{text}\n"))
-    } else {
-        crate::error::print_out(&render(&report))
-    }
+    let text = match args.json {
+        true => serde_json::to_string_pretty(&report).map_err(|e| CliError::Input(anyhow!(e)))? + "\n",
+        false => render(&report),
+    };
+    crate::error::print_out(&text)
 }
 
 fn build(args: &InfoArgs) -> Result<InfoReport, CliError> {

@@ -69,7 +69,8 @@ pub struct Common {
     /// Cache-monitoring backend; `auto` says in `cachescope info` what it picks.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
-    /// Sampling interval, 100us to 10m (500us, 1ms, 2s, 1m); default 1ms, 100ms with resctrl.
+    /// Sampling interval, 100us to 10m (500us, 1ms, 2s, 1m); default 1ms (100ms with resctrl and
+    /// perf-cqm; with kmod, the module's own).
     #[arg(long, value_parser = duration::interval)]
     interval: Option<Duration>,
     /// Stop after this long, up to 10 years (default: until SIGINT/SIGTERM).
@@ -501,5 +502,42 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
         Err(e @ RunError::Part { why: PartError::Gone(_), .. }) => Err(CliError::unavailable(e)),
         Err(e @ RunError::Part { .. }) => Err(CliError::Failed(anyhow::anyhow!("{e}"))),
         Err(e @ RunError::Clock(_)) => Err(CliError::unavailable(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Common;
+    use crate::duration::{short, INTERVALS};
+    use clap::Args;
+
+    /// Where the docs state the interval's defaults and range, they say what the code does:
+    /// the defaults are the backends' own constants, the range the flag's parser.
+    #[test]
+    fn the_docs_state_the_interval_defaults_and_range_the_code_has() {
+        let msr = short(cachescope_cmt::DEFAULT_INTERVAL);
+        let resctrl = short(cachescope_resctrl::DEFAULT_INTERVAL);
+        assert_eq!(resctrl, short(cachescope_perf::cqm_backend::DEFAULT_INTERVAL), "one phrase covers both");
+        let range = format!("{}..{}", short(INTERVALS.0), short(INTERVALS.1));
+        let stated = [
+            format!("default {msr}"),
+            format!("{resctrl} with resctrl and perf-cqm"),
+            "with kmod, the module's own".to_string(),
+        ];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        for doc in ["README.md", "docs/cli.md"] {
+            let text = std::fs::read_to_string(root.join(doc)).unwrap();
+            let line = text.lines().find(|l| l.contains("--interval") && l.contains("default")).unwrap();
+            for s in stated.iter().chain([&range]) {
+                assert!(line.contains(s.as_str()), "{doc}: {line:?} does not say {s:?}");
+            }
+        }
+        let cmd = Common::augment_args(clap::Command::new("t"));
+        let help = cmd.get_arguments().find(|a| a.get_id() == "interval").and_then(|a| a.get_help()).unwrap();
+        let help = help.to_string().replace('\n', " ");
+        let range = format!("{} to {}", short(INTERVALS.0), short(INTERVALS.1));
+        for s in stated.iter().chain([&range]) {
+            assert!(help.contains(s.as_str()), "--help: {help:?} does not say {s:?}");
+        }
     }
 }

@@ -93,10 +93,27 @@ impl Detection {
 /// loaded (it tags containers from their first instruction), then resctrl.
 const AUTO_CACHE: [&str; 3] = ["kmod", "resctrl", "none"];
 
+/// What the probes need of the mount table, taken from it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountFacts {
+    /// The first resctrl mount.
+    pub resctrl: Option<Mount>,
+    pub cgroups: CgroupLayout,
+}
+
+impl MountFacts {
+    pub fn of(mounts: &[Mount]) -> MountFacts {
+        MountFacts {
+            resctrl: mountinfo::mounts_of(mounts, "resctrl").next().cloned(),
+            cgroups: mountinfo::cgroup_layout(mounts),
+        }
+    }
+}
+
 /// Probe everything. `host_cpu` is the running host's decoded CPUID (never a recorded dump:
 /// backends describe the machine we run on).
 pub fn detect(paths: &HostPaths, host_cpu: &CpuInfo, probe: &dyn SyscallProbe) -> Detection {
-    let mounts = mountinfo::read(&paths.proc_root).unwrap_or_default();
+    let mounts = MountFacts::of(&mountinfo::read(&paths.proc_root).unwrap_or_default());
     let resctrl = resctrl(paths, &mounts, host_cpu);
     let msr = msr(paths, &mounts, host_cpu, probe);
     Detection {
@@ -128,11 +145,10 @@ pub fn resctrl_in_kernel(paths: &HostPaths) -> Option<bool> {
 }
 
 /// resctrl: kernel support, the mount, and the monitoring features it offers.
-pub fn resctrl(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo) -> BackendStatus {
+pub fn resctrl(paths: &HostPaths, mounts: &MountFacts, cpu: &CpuInfo) -> BackendStatus {
     const N: &str = "resctrl";
     let supported = resctrl_in_kernel(paths).unwrap_or(false);
-    let mount = mountinfo::mounts_of(mounts, "resctrl").next();
-    let Some(mount) = mount else {
+    let Some(mount) = &mounts.resctrl else {
         if !supported {
             let mut why = NO_RESCTRL.to_string();
             if let Some(cpu_why) = cmt_cpu_reason(cpu) {
@@ -255,12 +271,12 @@ fn snc_nodes_per_l3(mon_data: &Path) -> Option<usize> {
 }
 
 /// msr: core-pinned RMIDs through `/dev/cpu/N/msr`.
-pub fn msr(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo, probe: &dyn SyscallProbe) -> BackendStatus {
+pub fn msr(paths: &HostPaths, mounts: &MountFacts, cpu: &CpuInfo, probe: &dyn SyscallProbe) -> BackendStatus {
     const N: &str = "msr";
     if let Some(why) = cmt_cpu_reason(cpu) {
         return BackendStatus::no(N, Role::CacheMonitoring, why);
     }
-    if let Some(m) = mountinfo::mounts_of(mounts, "resctrl").next() {
+    if let Some(m) = &mounts.resctrl {
         return BackendStatus::no(
             N,
             Role::CacheMonitoring,
@@ -279,7 +295,7 @@ pub fn msr(paths: &HostPaths, mounts: &[Mount], cpu: &CpuInfo, probe: &dyn Sysca
 
 /// kmod: the cachescope kernel module (kmod/), loaded, with its device. Its parameters are
 /// read from sysfs; the device is not opened (opening it starts a session).
-pub fn kmod(paths: &HostPaths, mounts: &[Mount]) -> BackendStatus {
+pub fn kmod(paths: &HostPaths, mounts: &MountFacts) -> BackendStatus {
     const N: &str = "kmod";
     let dir = paths.sys_root.join("module/cachescope/parameters");
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -307,7 +323,7 @@ pub fn kmod(paths: &HostPaths, mounts: &[Mount]) -> BackendStatus {
             format!("the module is loaded but {} is missing", dev.display()),
         );
     }
-    if let Some(m) = mountinfo::mounts_of(mounts, "resctrl").next().filter(|_| !emulate) {
+    if let Some(m) = mounts.resctrl.as_ref().filter(|_| !emulate) {
         return BackendStatus::no(
             N,
             Role::CacheMonitoring,
@@ -418,9 +434,9 @@ pub fn perf(probe: &dyn SyscallProbe) -> BackendStatus {
     }
 }
 
-pub fn cgroup_v2(mounts: &[Mount]) -> BackendStatus {
+pub fn cgroup_v2(mounts: &MountFacts) -> BackendStatus {
     const N: &str = "cgroup-v2";
-    match mountinfo::cgroup_layout(mounts) {
+    match &mounts.cgroups {
         CgroupLayout::Unified { v2 } => BackendStatus::yes(N, Role::Containers, format!("cgroup2 at {}", v2.display())),
         CgroupLayout::Hybrid { v2, v1_controllers } => BackendStatus::yes(
             N,

@@ -128,7 +128,7 @@ pub fn per_cpu_check(paths: &HostPaths, cpus: &[u32]) -> Result<PerCpuCheck, Str
     }
     let mut snaps = Vec::with_capacity(cpus.len());
     for &cpu in cpus {
-        let dev = DevCpuid::open(&paths.dev_root, cpu).map_err(|e| e.to_string())?;
+        let dev = DevCpuid::of_cpu(&paths.dev_root, cpu).map_err(|e| e.to_string())?;
         let snap = CpuidSnapshot::capture(&dev).map_err(|e| format!("{}: {e}", dev.describe()))?;
         snaps.push((cpu, snap));
     }

@@ -122,15 +122,15 @@ fn resctrl_supported_but_unmounted_and_msr_errors() {
     let dir = tempfile::tempdir().unwrap();
     let paths = host(dir.path(), "nodev\tresctrl\n", HYBRID);
     let c = cpu(true);
-    let r = resctrl(&paths, &[], &c);
+    let r = resctrl(&paths, &MountFacts::of(&[]), &c);
     assert!(!r.available && r.reason.contains("not mounted"), "{}", r.reason);
     let k = FakeKernel { open: Some(libc::ENOENT), ..FakeKernel::ok() };
-    let m = msr(&paths, &[], &c, &k);
+    let m = msr(&paths, &MountFacts::of(&[]), &c, &k);
     assert!(!m.available && m.reason.contains("modprobe msr"), "{}", m.reason);
     let k = FakeKernel { open: Some(libc::EACCES), ..FakeKernel::ok() };
-    let m = msr(&paths, &[], &c, &k);
+    let m = msr(&paths, &MountFacts::of(&[]), &c, &k);
     assert!(m.reason.contains("CAP_SYS_RAWIO"), "{}", m.reason);
-    let m = msr(&paths, &[], &c, &FakeKernel::ok());
+    let m = msr(&paths, &MountFacts::of(&[]), &c, &FakeKernel::ok());
     assert!(m.available, "{}", m.reason);
 }
 
@@ -144,7 +144,7 @@ fn perf_and_bpf_errors_explained() {
     assert!(p.reason.contains("perf_event_paranoid"), "{}", p.reason);
     let b = bpf(&paths, &FakeKernel { bpf: Some(libc::EPERM), ..FakeKernel::ok() });
     assert!(!b.available && b.reason.contains("CAP_BPF"), "{}", b.reason);
-    let c = cgroup_v2(&[]);
+    let c = cgroup_v2(&MountFacts::of(&[]));
     assert!(!c.available && c.reason.contains("no cgroup"), "{}", c.reason);
 }
 
@@ -178,7 +178,7 @@ fn kmod_states_and_auto() {
     let dir = tempfile::tempdir().unwrap();
     let paths = host(dir.path(), "nodev\tcgroup2\n", HYBRID);
     let mounts = mountinfo::parse(HYBRID);
-    let k = kmod(&paths, &mounts);
+    let k = kmod(&paths, &MountFacts::of(&mounts));
     assert!(!k.available && k.reason.contains("not loaded") && k.reason.contains("kmod/README.md"), "{}", k.reason);
 
     let params = paths.sys_root.join("module/cachescope/parameters");
@@ -186,7 +186,7 @@ fn kmod_states_and_auto() {
     for (n, v) in [("emulate", "N"), ("interval_us", "1000"), ("ring_records", "65536")] {
         std::fs::write(params.join(n), format!("{v}\n")).unwrap();
     }
-    let k = kmod(&paths, &mounts);
+    let k = kmod(&paths, &MountFacts::of(&mounts));
     assert!(
         !k.available && k.reason.contains("loaded but") && k.reason.ends_with("cachescope is missing"),
         "{}",
@@ -195,7 +195,7 @@ fn kmod_states_and_auto() {
 
     std::fs::create_dir_all(&paths.dev_root).unwrap();
     std::fs::write(paths.dev_root.join("cachescope"), "").unwrap();
-    let k = kmod(&paths, &mounts);
+    let k = kmod(&paths, &MountFacts::of(&mounts));
     assert!(k.available, "{}", k.reason);
     assert!(k.reason.contains("emulate=N interval_us=1000 ring_records=65536"), "parameters listed: {}", k.reason);
     let d = detect(&paths, &cpu(true), &FakeKernel::ok());
@@ -203,12 +203,12 @@ fn kmod_states_and_auto() {
 
     // resctrl mounted: both would own PQR_ASSOC.
     let mi = format!("{HYBRID}60 23 0:50 / /sys/fs/resctrl rw - resctrl resctrl rw\n");
-    let k = kmod(&paths, &mountinfo::parse(&mi));
+    let k = kmod(&paths, &MountFacts::of(&mountinfo::parse(&mi)));
     assert!(!k.available && k.reason.contains("resctrl is mounted at /sys/fs/resctrl"), "{}", k.reason);
 
     // Emulating: usable when asked for, never picked by auto.
     std::fs::write(params.join("emulate"), "Y\n").unwrap();
-    let k = kmod(&paths, &mounts);
+    let k = kmod(&paths, &MountFacts::of(&mounts));
     assert!(k.available && k.reason.contains("emulate=1"), "{}", k.reason);
     let d = detect(&paths, &cpu(false), &FakeKernel::ok());
     assert_eq!(d.auto(Role::CacheMonitoring).unwrap().name, "none", "emulated counters are never picked silently");

@@ -6,6 +6,8 @@
 pub mod abi;
 pub mod backend;
 pub mod device;
+/// A module in user space for tests and the collector's benchmark: not in the product.
+#[cfg(feature = "fake")]
 pub mod fake;
 
 pub use backend::KmodBackend;

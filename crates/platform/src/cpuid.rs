@@ -41,7 +41,7 @@ pub struct DevCpuid {
 
 impl DevCpuid {
     /// Open CPU `cpu`'s device under `dev_root` (normally `/dev`).
-    pub fn open(dev_root: &Path, cpu: u32) -> Result<Self, CpuidError> {
+    pub fn of_cpu(dev_root: &Path, cpu: u32) -> Result<Self, CpuidError> {
         let path = dev_root.join(format!("cpu/{cpu}/cpuid"));
         let file = File::open(&path)
             .map_err(|e| CpuidError::Io { path: path.display().to_string(), error: explain_open_error(e, "cpuid") })?;
@@ -114,7 +114,7 @@ mod tests {
             data.extend_from_slice(&v.to_le_bytes());
         }
         std::fs::write(dir.path().join("cpu/0/cpuid"), &data).unwrap();
-        let dev = DevCpuid::open(dir.path(), 0).unwrap();
+        let dev = DevCpuid::of_cpu(dir.path(), 0).unwrap();
         assert_eq!(dev.cpuid(1, 0).unwrap(), Regs::new(1, 2, 3, 4));
         // Leaf 2 would need bytes 2..18: a short read, reported as such.
         let e = dev.cpuid(2, 0).unwrap_err().to_string();
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn missing_driver_is_explained() {
         let dir = tempfile::tempdir().unwrap();
-        let e = DevCpuid::open(dir.path(), 0).unwrap_err().to_string();
+        let e = DevCpuid::of_cpu(dir.path(), 0).unwrap_err().to_string();
         assert!(e.contains("cpu/0/cpuid") && e.contains("modprobe cpuid"), "{e}");
     }
 }

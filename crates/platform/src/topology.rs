@@ -219,8 +219,9 @@ fn read_optional(path: &Path) -> Result<Option<String>, TopologyError> {
     }
 }
 
-/// Builders for fake sysfs trees, shared by this crate's tests and other crates' tests.
-pub mod fake {
+/// Builders for fake sysfs trees, for this module's tests.
+#[cfg(test)]
+mod fake {
     use std::path::Path;
 
     /// One CPU of a fake tree: number, package, and its L3 as (id, size string).
