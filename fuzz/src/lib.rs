@@ -22,7 +22,7 @@ fn scratch(name: &str) -> PathBuf {
 struct NoSource;
 
 impl ContainerSource for NoSource {
-    fn poll(&mut self, _: Duration, _: &mut Vec<cachescope_engine::containers::Change>) -> Result<(), cachescope_engine::PartError> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<cachescope_engine::containers::Change>) -> cachescope_engine::PartResult {
         Ok(())
     }
     fn describe(&self) -> String {

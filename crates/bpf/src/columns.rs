@@ -10,7 +10,7 @@ use crate::{capacity_for, Attribution};
 use cachescope_engine::containers::Container;
 use cachescope_engine::pmu::{Counted, Gap, PmuSample, PmuSource};
 use cachescope_engine::ContainerMeta;
-use cachescope_engine::PartError;
+use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cgroup::{self, CgroupCollector};
 use cachescope_perf::counter::{CounterGroup, Target};
@@ -366,7 +366,7 @@ impl PmuSource for PmuColumns {
         }
     }
 
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, PartError> {
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
         match &mut self.src {
             Source::Bpf(a) => {
                 let slot_ns = a.slot_ns();

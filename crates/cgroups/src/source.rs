@@ -6,7 +6,7 @@ use crate::watch::{Early, Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_runtimes::{Bundles, EngineApi, Resolver, Which};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -61,7 +61,7 @@ impl HostContainers {
 }
 
 impl ContainerSource for HostContainers {
-    fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _now: Duration, out: &mut Vec<Change>) -> PartResult {
         if let Some(n) = self.watcher.as_ref().map(Watcher::unwatched).filter(|&n| n > 0 && !self.said_unwatched) {
             self.said_unwatched = true;
             cachescope_platform::say!(

@@ -117,8 +117,9 @@ mod tests {
     #[test]
     fn short_forms() {
         let d = |us| super::short(Duration::from_micros(us));
-        assert_eq!([d(100), d(1000), d(1500), d(100_000), d(600_000_000), d(7_200_000_000)], [
-            "100us", "1ms", "1500us", "100ms", "10m", "2h"
-        ]);
+        assert_eq!(
+            [d(100), d(1000), d(1500), d(100_000), d(600_000_000), d(7_200_000_000)],
+            ["100us", "1ms", "1500us", "100ms", "10m", "2h"]
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! original values come back on restore (and on drop); a core whose association someone else
 //! changed meanwhile is reported and left alone, never overwritten.
 
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_hw::cpulist;
 use cachescope_hw::msr::{MsrDevice, MsrError, PqrAssoc, RegisterError, IA32_PQR_ASSOC};
 
@@ -160,7 +160,7 @@ impl CoreGroups {
 }
 
 impl cachescope_engine::ContainerSource for CoreGroups {
-    fn poll(&mut self, _: std::time::Duration, out: &mut Vec<cachescope_engine::Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: std::time::Duration, out: &mut Vec<cachescope_engine::Change>) -> PartResult {
         if std::mem::replace(&mut self.started, true) {
             return Ok(());
         }

@@ -7,8 +7,8 @@
 use crate::{Caps, CorePinning, ReadError, Reader, Reading};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
-use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
+use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::msr::{Cumulative, Event, MsrDevice};
 use cachescope_hw::CpuInfo;
 use cachescope_platform::{DevMsr, Topology};
@@ -101,7 +101,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
         self.attached.get(id).map(|a| a.rmid)
     }
 
-    fn domains_of(&self, id: &str, cpus: &[u32]) -> Result<Vec<u32>, PartError> {
+    fn domains_of(&self, id: &str, cpus: &[u32]) -> PartResult<Vec<u32>> {
         let mut out = Vec::new();
         for &cpu in cpus {
             let d = self
@@ -118,7 +118,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
     }
 
     /// Read the occupancy of every limbo RMID; clean ones return to the free pool.
-    pub fn check_limbo(&mut self, now: Duration) -> Result<usize, PartError> {
+    pub fn check_limbo(&mut self, now: Duration) -> PartResult<usize> {
         let mut freed = 0;
         for &d in &self.info.domains {
             for rmid in self.alloc.limbo(d) {
@@ -136,7 +136,7 @@ impl<D: MsrDevice + Clone> MsrBackend<D> {
         Ok(freed)
     }
 
-    fn counter(&self, d: u32, rmid: u32, e: Event, generation: u64) -> Result<Option<Cumulative>, PartError> {
+    fn counter(&self, d: u32, rmid: u32, e: Event, generation: u64) -> PartResult<Option<Cumulative>> {
         if !self.reader.caps().events.contains(&e) {
             return Ok(None);
         }
@@ -169,7 +169,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         if self.attached.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: self.rmid_of(c.id()) });
         }
@@ -218,7 +218,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
 
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, now: Duration) -> PartResult {
         let Some(mut a) = self.attached.remove(id) else { return Ok(()) };
         if let Some(mut pin) = a.pin.take() {
             let r = pin.restore().map_err(PartError::failed)?;
@@ -232,12 +232,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn collect(
-        &mut self,
-        now: Duration,
-        read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
         for a in self.attached.values().filter(|a| read(&a.meta.id)) {
             for &d in &a.domains {
@@ -268,7 +263,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+    fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         self.check_limbo(now)?;
         for a in self.attached.values() {
             if let Some(pin) = &a.pin {
@@ -301,7 +296,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         }
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         let ids: Vec<String> = self.attached.keys().cloned().collect();
         for id in ids {
             self.detach(&id, Duration::ZERO)?;

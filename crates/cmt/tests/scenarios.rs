@@ -7,7 +7,7 @@ use cachescope_emu::{EmuPlatform, Scenario};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_hw::msr::{Event, MsrDevice, MsrError, IA32_PQR_ASSOC};
 use cachescope_rmid::Config;
@@ -27,7 +27,7 @@ impl TaskTagger for Tagger {
 /// The backend asks nothing of the source here.
 struct NoSource;
 impl ContainerSource for NoSource {
-    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> PartResult {
         Ok(())
     }
     fn describe(&self) -> String {

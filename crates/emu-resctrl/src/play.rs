@@ -15,7 +15,7 @@ use cachescope_cgroups::{cpu_usage_usec, threads, Hierarchy};
 use cachescope_emu::Scenario;
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::ContainerMeta;
-use cachescope_engine::PartError;
+use cachescope_engine::{PartError, PartResult};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
@@ -70,7 +70,7 @@ impl Play {
 }
 
 impl ContainerSource for Play {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
         self.polls += 1;
         if self.polls == 2 {
             if let Some(m) = &self.mount {

@@ -8,7 +8,7 @@ use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::pmu::Totals;
 use cachescope_engine::world::World;
 use cachescope_engine::ContainerMeta;
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +43,7 @@ impl ScenarioContainers {
 }
 
 impl ContainerSource for ScenarioContainers {
-    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> PartResult {
         // Stops first: a name that stops and another that starts in one poll are two changes;
         // a container whose whole life falls between two polls never runs.
         while let Some(&i) = self.stops.get(self.next_stop) {

@@ -3,7 +3,7 @@
 //! Deltas are not its business: [`crate::derive`] makes them, once, for every backend.
 
 use crate::containers::{Container, ContainerSource};
-use crate::error::PartError;
+use crate::error::PartResult;
 use crate::row::{ContainerMeta, MbmCounter, Status};
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::Cumulative;
@@ -177,20 +177,15 @@ pub trait CacheBackend {
     fn info(&self) -> &BackendInfo;
     /// Start monitoring a container (tag its tasks, create its group). Called as soon as
     /// the container is known, before its first interval is sampled.
-    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> Result<Attach, PartError>;
+    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> PartResult<Attach>;
     /// Stop monitoring a container (it stopped, or its RMID goes to a busier one).
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError>;
+    fn detach(&mut self, id: &str, now: Duration) -> PartResult;
     /// Read the attached containers that `read` wants (all of them but under overload, see
     /// [`crate::budget`]) in every domain they can have data in.
-    fn collect(
-        &mut self,
-        now: Duration,
-        read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError>;
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult;
     /// Periodic upkeep: limbo, task resync, groups that vanished. Returns the containers it
     /// could no longer monitor (detached), with the reason.
-    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts;
@@ -204,7 +199,7 @@ pub trait CacheBackend {
         Vec::new()
     }
     /// Restore what was changed (associations, groups); what was done, in words.
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError>;
+    fn shutdown(&mut self) -> PartResult<Vec<String>>;
 }
 
 /// The backend of hosts without cache monitoring: containers are followed and their PMU and
@@ -229,22 +224,17 @@ impl CacheBackend for Unsupported {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         self.attached.insert(c.id().to_string(), c.meta.clone());
         Ok(Attach::Monitored { rmid: None })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, _: Duration) -> PartResult {
         self.attached.remove(id);
         Ok(())
     }
 
-    fn collect(
-        &mut self,
-        now: Duration,
-        read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         for meta in self.attached.values().filter(|m| read(&m.id)) {
             for &domain in &self.info.domains {
                 out.push(RawSample { status: Status::Unsupported, ..RawSample::new(meta.clone(), domain, now) });
@@ -266,7 +256,7 @@ impl CacheBackend for Unsupported {
         )]
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         Ok(Vec::new())
     }
 }

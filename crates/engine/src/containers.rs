@@ -2,7 +2,7 @@
 //! cgroup tree, a scenario, a player of real cgroups, core groups) and answers what the RMID
 //! policy and the backends ask about them (threads, CPU use).
 
-use crate::error::PartError;
+use crate::error::PartResult;
 use crate::row::ContainerMeta;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ pub enum Change {
 pub trait ContainerSource {
     /// Changes up to `now` (time since the run's start) into `out`. Emulated sources follow
     /// `now`; host sources hand over what arrived since the last call.
-    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), PartError>;
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> PartResult;
     /// Thread ids of a container now (empty when it is gone or has none).
     fn threads(&self, _id: &str) -> std::io::Result<Vec<u32>> {
         Ok(Vec::new())

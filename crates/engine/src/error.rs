@@ -1,6 +1,9 @@
 //! How a part of a run (the cache backend, the container source, the PMU source) fails. The
 //! engine and the CLI decide by the variant; the words are for people.
 
+/// What a part's operation returns.
+pub type PartResult<T = ()> = Result<T, PartError>;
+
 /// A failure of one of the engine's parts.
 #[derive(Debug, thiserror::Error)]
 pub enum PartError {

@@ -4,7 +4,7 @@
 //! intervals it belongs to are made.
 
 use crate::containers::Container;
-use crate::error::PartError;
+use crate::error::PartResult;
 use crate::row::{ContainerMeta, Pmu};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -89,7 +89,7 @@ pub trait PmuSource {
     fn unfollow(&mut self, id: &str);
     /// Move the completed slots into `out`; returns the watermark: every slot ending at or
     /// before it (CLOCK_MONOTONIC) has been delivered. An error ends counting.
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, PartError>;
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration>;
     /// After [`PmuSource::drain`]: a time whose counts are incomplete, found by that drain.
     fn gap(&mut self) -> Option<Gap> {
         None

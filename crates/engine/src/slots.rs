@@ -6,7 +6,7 @@
 pub use crate::backend::WaitReason;
 use crate::backend::{Attach, CacheBackend};
 use crate::containers::{Container, ContainerSource};
-use crate::error::PartError;
+use crate::error::{PartError, PartResult};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ impl Slots {
         backend: &mut dyn CacheBackend,
         src: &dyn ContainerSource,
         now: Duration,
-    ) -> Result<(), PartError> {
+    ) -> PartResult {
         if self.held.contains_key(c.id()) {
             return Ok(());
         }
@@ -115,7 +115,7 @@ impl Slots {
         backend: &mut dyn CacheBackend,
         src: &dyn ContainerSource,
         now: Duration,
-    ) -> Result<bool, PartError> {
+    ) -> PartResult<bool> {
         let attached = match backend.attach(&c, src, now) {
             // That container's trouble, not the run's: it waits and is retried at upkeep
             // (its source reports its end if it is gone).
@@ -141,7 +141,7 @@ impl Slots {
     }
 
     /// A container stopped.
-    pub fn stop(&mut self, id: &str, backend: &mut dyn CacheBackend, now: Duration) -> Result<bool, PartError> {
+    pub fn stop(&mut self, id: &str, backend: &mut dyn CacheBackend, now: Duration) -> PartResult<bool> {
         self.waiting.remove(id);
         self.cpu_prev.remove(id);
         self.cpu_rate.remove(id);
@@ -154,12 +154,7 @@ impl Slots {
 
     /// Measure CPU use, let the backend do its upkeep, give free RMIDs to the busiest waiting
     /// containers, and swap idle monitored containers for busy waiting ones.
-    pub fn upkeep(
-        &mut self,
-        backend: &mut dyn CacheBackend,
-        src: &dyn ContainerSource,
-        now: Duration,
-    ) -> Result<(), PartError> {
+    pub fn upkeep(&mut self, backend: &mut dyn CacheBackend, src: &dyn ContainerSource, now: Duration) -> PartResult {
         for id in self.held.keys().chain(self.waiting.keys()) {
             if let Some(u) = src.cpu_usage_usec(id) {
                 if let Some((pu, pt)) = self.cpu_prev.insert(id.clone(), (u, now)) {
@@ -217,7 +212,7 @@ impl Slots {
     }
 
     /// Detach everything (at the end of a run).
-    pub fn stop_all(&mut self, backend: &mut dyn CacheBackend, now: Duration) -> Result<(), PartError> {
+    pub fn stop_all(&mut self, backend: &mut dyn CacheBackend, now: Duration) -> PartResult {
         let ids: Vec<String> = self.held.keys().cloned().collect();
         for id in ids {
             self.stop(&id, backend, now)?;

@@ -11,7 +11,7 @@
 #![allow(clippy::unwrap_used)] // a benchmark: a panic is the report
 
 use cachescope_engine::sink::{Flow, Sink};
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row};
 use cachescope_kmod::abi::{kind, Record};
 use cachescope_kmod::fake::FakeKernel;
@@ -44,7 +44,7 @@ fn cpu_time() -> Duration {
 
 struct Containers(Vec<Container>);
 impl ContainerSource for Containers {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
         out.extend(self.0.drain(..).map(Change::Started));
         Ok(())
     }

@@ -5,7 +5,7 @@
 use crate::abi::{self, flags, kind, Info, Record, Stats};
 use crate::device::{KernelDevice, KmodError};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
 use cachescope_platform::clock::monotonic;
@@ -148,7 +148,7 @@ impl KmodBackend {
     }
 
     /// Drain the device into `self.records`.
-    fn drain(&mut self) -> Result<(), PartError> {
+    fn drain(&mut self) -> PartResult {
         Ok(self.dev.drain(&mut self.records).map(|_| ())?)
     }
 
@@ -254,7 +254,7 @@ impl CacheBackend for KmodBackend {
         self.origin = monotonic;
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         let (Some(cgid), Some(dir)) = (c.cgroup_id, c.dir.clone()) else {
             return Ok(Attach::Waiting(WaitReason::CannotTag));
         };
@@ -284,7 +284,7 @@ impl CacheBackend for KmodBackend {
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, _: Duration) -> PartResult {
         let Some(cgid) = self.cgroup_of.remove(id) else { return Ok(()) };
         if let Some(t) = self.by_cgroup.remove(&cgid) {
             // A live cgroup (the RMID policy takes its RMID): the kernel stops tagging it.
@@ -317,12 +317,7 @@ impl CacheBackend for KmodBackend {
         }
     }
 
-    fn collect(
-        &mut self,
-        _now: Duration,
-        _read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, _now: Duration, _read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         // The kernel decided what to read (what ran, and the rest round robin): all of it is kept.
         self.drain()?;
         // Each domain's ticks come in order, and the domains' interleave almost in order:
@@ -349,7 +344,7 @@ impl CacheBackend for KmodBackend {
         Ok(())
     }
 
-    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+    fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         self.prune_early();
         if let Ok(s) = self.dev.stats() {
             self.stats = s;
@@ -387,7 +382,7 @@ impl CacheBackend for KmodBackend {
         v
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         let s = self.dev.stats()?;
         let mut m = vec![format!(
             "kmod: {} context switches seen, PQR_ASSOC written {} times; {} sampling ticks, {:.1} us each on average; \

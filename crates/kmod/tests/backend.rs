@@ -5,7 +5,7 @@
 
 use cachescope_engine::backend::{Attach, CacheBackend, RawSample};
 use cachescope_engine::sink::{Flow, Sink};
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row, Status, WaitReason};
 use cachescope_kmod::abi::{flags, kind, no_rmid, Record};
 use cachescope_kmod::fake::FakeKernel;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 struct NoContainers;
 impl ContainerSource for NoContainers {
-    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> PartResult {
         Ok(())
     }
     fn describe(&self) -> String {
@@ -184,7 +184,7 @@ impl Sink for Keep {
 /// One container from the start.
 struct One(Option<Container>);
 impl ContainerSource for One {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
         out.extend(self.0.take().map(Change::Started));
         Ok(())
     }

@@ -12,8 +12,8 @@ use crate::counter::{CounterGroup, Target};
 use crate::cqm::{CqmError, CqmEvent, CqmPmu};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
-use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
+use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::msr::Cumulative;
 use cachescope_platform::Topology;
 use std::collections::BTreeMap;
@@ -123,7 +123,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         &self.info
     }
 
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         if self.attached.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
         }
@@ -154,18 +154,13 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         Ok(Attach::Monitored { rmid: None })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, _: Duration) -> PartResult {
         // Closing the events frees their RMIDs (the kernel keeps them in limbo).
         self.attached.remove(id);
         Ok(())
     }
 
-    fn collect(
-        &mut self,
-        now: Duration,
-        read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         for a in self.attached.values_mut().filter(|a| read(&a.meta.id)) {
             for &(domain, _) in &self.readers {
                 let mut s = RawSample::new(a.meta.clone(), domain, now);
@@ -195,7 +190,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         SlotCounts { in_use: self.attached.len() as u64, limbo: None }
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         let n = self.attached.len();
         self.attached.clear();
         Ok(if n > 0 { vec![format!("closed the intel_cqm events of {n} containers")] } else { Vec::new() })

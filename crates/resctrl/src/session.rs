@@ -16,8 +16,8 @@ pub use assign::CounterPolicy;
 use assign::{release, Counters};
 use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
-use cachescope_engine::PartError;
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
+use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::msr::{Cumulative, Event};
 use cachescope_hw::CpuInfo;
 use cachescope_platform::Topology;
@@ -327,7 +327,7 @@ impl CacheBackend for ContainerGroups {
         self.origin = Some(monotonic);
     }
 
-    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, _: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, src: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         if self.groups.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
         }
@@ -339,7 +339,7 @@ impl CacheBackend for ContainerGroups {
         })
     }
 
-    fn detach(&mut self, id: &str, _: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, _: Duration) -> PartResult {
         Ok(self.remove(id)?)
     }
 
@@ -348,12 +348,7 @@ impl CacheBackend for ContainerGroups {
     /// Each sample carries the time its MBM total was read (else its first value): the kernel
     /// reads a counter when asked, and on a loaded host the reads of many groups (or a late
     /// wake-up) take milliseconds that `now` alone would move into the next interval.
-    fn collect(
-        &mut self,
-        now: Duration,
-        want: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         let mut vanished = Vec::new();
         let origin = self.origin;
         let held = self.counters.as_ref().map(|c| &c.held);
@@ -421,7 +416,7 @@ impl CacheBackend for ContainerGroups {
 
     /// Leftovers removed, threads resynced, vanished groups re-created; those that cannot be
     /// are handed back to the RMID policy.
-    fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+    fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         self.remove_leftovers()?;
         self.resync_tasks(src);
         self.plan_counters(now)?;
@@ -459,7 +454,7 @@ impl CacheBackend for ContainerGroups {
         out
     }
 
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         // First, so that it makes no group once ours are gone.
         let tagger = self.tagger.take();
         let tagged = tagger.as_ref().map(|t| {

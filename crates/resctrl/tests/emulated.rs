@@ -10,7 +10,7 @@ use cachescope_engine::backend::{BackendInfo, CacheBackend};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
 use cachescope_engine::slots::Slots;
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use cachescope_engine::{ContainerMeta, Row, Status, WaitReason};
 use cachescope_hw::msr::Event;
 use cachescope_resctrl::{ContainerGroups, Domain, GroupRef, Resctrl, Value};
@@ -62,7 +62,7 @@ impl Fake {
 }
 
 impl ContainerSource for Fake {
-    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> PartResult {
         Ok(())
     }
     fn describe(&self) -> String {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::backend::{Attach, BackendInfo, RawSample, SlotCounts, Unsupported};
 use crate::containers::Container;
+use crate::error::PartResult;
 use crate::pmu::PmuSample;
 use crate::row::ContainerMeta;
 use crate::slots::WaitReason;
@@ -60,7 +61,7 @@ impl CacheBackend for Fake {
     fn info(&self) -> &BackendInfo {
         &self.info
     }
-    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, now: Duration) -> Result<Attach, PartError> {
+    fn attach(&mut self, c: &Container, _: &dyn ContainerSource, now: Duration) -> PartResult<Attach> {
         if let Some((id, n)) = self.refuse.as_mut().filter(|(id, n)| *id == c.id() && *n > 0) {
             *n -= 1;
             return Err(if *id == "fatal" {
@@ -78,19 +79,14 @@ impl CacheBackend for Fake {
         self.attached.insert(c.id().into(), (c.meta.clone(), rmid, now));
         Ok(Attach::Monitored { rmid: Some(rmid) })
     }
-    fn detach(&mut self, id: &str, now: Duration) -> Result<(), PartError> {
+    fn detach(&mut self, id: &str, now: Duration) -> PartResult {
         self.log.lock().unwrap().push(format!("detach {id} {}", now.as_millis()));
         if let Some(a) = self.attached.remove(id) {
             self.limbo.push(a.1);
         }
         Ok(())
     }
-    fn collect(
-        &mut self,
-        now: Duration,
-        read: &dyn Fn(&str) -> bool,
-        out: &mut Vec<RawSample>,
-    ) -> Result<(), PartError> {
+    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
         for (meta, rmid, since) in self.attached.values().filter(|a| read(&a.0.id)) {
             let counts = (now - *since).as_millis() as u64 * self.rate;
             self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
@@ -114,14 +110,14 @@ impl CacheBackend for Fake {
         }
         Ok(())
     }
-    fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> Result<Vec<(String, WaitReason)>, PartError> {
+    fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         self.limbo.clear();
         Ok(Vec::new())
     }
     fn slots(&self) -> SlotCounts {
         SlotCounts { in_use: self.attached.len() as u64, limbo: Some(self.limbo.len() as u64) }
     }
-    fn shutdown(&mut self) -> Result<Vec<String>, PartError> {
+    fn shutdown(&mut self) -> PartResult<Vec<String>> {
         Ok(vec!["fake shut down".into()])
     }
 }
@@ -130,7 +126,7 @@ impl CacheBackend for Fake {
 struct Script(Vec<(&'static str, u64, Option<u64>)>, Vec<&'static str>);
 
 impl ContainerSource for Script {
-    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, now: Duration, out: &mut Vec<Change>) -> PartResult {
         let ms = now.as_millis() as u64;
         for &(id, start, stop) in &self.0 {
             let running = self.1.contains(&id);
@@ -305,7 +301,7 @@ impl PmuSource for FakePmu {
     fn unfollow(&mut self, id: &str) {
         self.followed.retain(|m| m.id != id);
     }
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> Result<Duration, PartError> {
+    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
         while self.next < self.origin + Duration::from_secs(1) {
             self.next += Duration::from_millis(1);
             for m in &self.followed {

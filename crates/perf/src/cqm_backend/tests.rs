@@ -5,7 +5,7 @@ use super::*;
 use crate::cqm::discover;
 use cachescope_engine::containers::Change;
 use cachescope_engine::derive::Derive;
-use cachescope_engine::PartError;
+use cachescope_engine::PartResult;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -48,7 +48,7 @@ impl CqmOpener for Fake {
 
 struct NoSource;
 impl ContainerSource for NoSource {
-    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> Result<(), PartError> {
+    fn poll(&mut self, _: Duration, _: &mut Vec<Change>) -> PartResult {
         Ok(())
     }
     fn describe(&self) -> String {
