@@ -18,17 +18,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass; zeroed is a valid rusage.
-    let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init()
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn pin(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET and sched_setaffinity act on it and this thread.
     unsafe {
@@ -113,13 +102,13 @@ fn main() {
     }
     let per_drain = t.elapsed().as_secs_f64() / 2000.0;
     drop(a);
-    let (c0, t0) = (cpu_time(), Instant::now());
+    let (c0, t0) = (cachescope_platform::clock::process_cpu(), Instant::now());
     for i in 1..=2000u32 {
         if let Some(d) = (t0 + Duration::from_millis(1) * i).checked_duration_since(Instant::now()) {
             std::thread::sleep(d);
         }
     }
-    let idle_wake = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let idle_wake = (cachescope_platform::clock::process_cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
     println!(
         "one drain (batched lookup-and-delete, back to back): {:.1} us; waking every 1 ms with no work: {:.2} % of a core",
         per_drain * 1e6,
@@ -139,7 +128,7 @@ fn main() {
         for drain_every in [Duration::from_millis(1), Duration::from_millis(10)] {
             let mut a = attach();
             let wall = Duration::from_secs(3);
-            let (c0, t0) = (cpu_time(), Instant::now());
+            let (c0, t0) = (cachescope_platform::clock::process_cpu(), Instant::now());
             let (mut rows, mut slots) = (0usize, std::collections::BTreeSet::new());
             let mut tick = 0u32;
             while t0.elapsed() < wall {
@@ -153,7 +142,7 @@ fn main() {
                     slots.insert(r.slot);
                 }
             }
-            let used = (cpu_time() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+            let used = (cachescope_platform::clock::process_cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
             let st = a.stats().unwrap();
             println!(
                 "{n:>3} cgroups, drain every {drain_every:>4?}: collector {:.2} % of a core (the existing collector: {baseline} %, {:.1}x as much); {} slots, {:.0} rows/s, {} charges, {} lost",

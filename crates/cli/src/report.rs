@@ -84,14 +84,8 @@ fn text(report: &cachescope_report::Report) -> String {
         o.push_str("Noisy-neighbour episodes:\n");
         let t0 = report.run.start_ns.unwrap_or(0);
         for (i, e) in report.episodes.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "  {}. {:.2}-{:.2} s: {}",
-                i + 1,
-                (e.start_ns - t0) as f64 / 1e9,
-                (e.end_ns - t0) as f64 / 1e9,
-                cachescope_report::svg::printable(&html::episode_line(e))
-            );
+            let ((from, to), what) = (e.seconds_from(t0), cachescope_report::svg::printable(&html::episode_line(e)));
+            let _ = writeln!(o, "  {}. {from:.2}-{to:.2} s: {what}", i + 1);
         }
     }
     o.push('\n');

@@ -31,17 +31,6 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass; zeroed is a valid rusage.
-    let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init()
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 struct Containers(Vec<Container>);
 impl ContainerSource for Containers {
     fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
@@ -122,9 +111,9 @@ fn run(secs: u64, batch_ms: u64) -> (f64, f64) {
         status_every: Duration::from_secs(1),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let (c0, w0) = (cpu_time(), Instant::now());
+    let (c0, w0) = (cachescope_platform::clock::process_cpu(), Instant::now());
     cachescope_engine::run(parts, &opts).unwrap();
-    let (cpu, wall) = (cpu_time() - c0, w0.elapsed());
+    let (cpu, wall) = (cachescope_platform::clock::process_cpu() - c0, w0.elapsed());
     let collector = cpu.saturating_sub(Duration::from_nanos(fake_ns.load(Ordering::Relaxed)));
     (collector.as_secs_f64() / wall.as_secs_f64(), rows.load(Ordering::Relaxed) as f64 / wall.as_secs_f64())
 }

@@ -41,17 +41,6 @@ fn join(cgroup: &str, pid: u32) {
     std::fs::write(format!("{ROOT}/{cgroup}/cgroup.procs"), pid.to_string()).unwrap();
 }
 
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct we pass; zeroed is a valid rusage.
-    let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init()
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -253,9 +242,9 @@ fn main() {
         status_every: Duration::from_secs(1),
         stop: Arc::new(AtomicBool::new(false)),
     };
-    let (c0, w0) = (cpu_time(), Instant::now());
+    let (c0, w0) = (cachescope_platform::clock::process_cpu(), Instant::now());
     let summary = cachescope_engine::run(parts, &opts).unwrap();
-    let share = (cpu_time() - c0).as_secs_f64() / w0.elapsed().as_secs_f64();
+    let share = (cachescope_platform::clock::process_cpu() - c0).as_secs_f64() / w0.elapsed().as_secs_f64();
     println!(
         "collector: 10 busy containers, drained every 50 ms for 5 s: {:.2} % of a core ({} wake-ups)",
         share * 100.0,

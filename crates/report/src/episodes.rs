@@ -49,6 +49,13 @@ pub struct Episode {
     pub victims: Vec<Victim>,
 }
 
+impl Episode {
+    /// When it started and ended, in seconds from `t0` (CLOCK_REALTIME ns, the run's start).
+    pub fn seconds_from(&self, t0: i64) -> (f64, f64) {
+        ((self.start_ns - t0) as f64 / 1e9, (self.end_ns - t0) as f64 / 1e9)
+    }
+}
+
 /// What counts: `l3_bytes` (per domain; None: 32 MiB assumed).
 #[derive(Debug, Clone, Copy)]
 pub struct Thresholds {

@@ -269,12 +269,11 @@ pub fn page(r: &Report) -> String {
         let t0 = r.run.start_ns.unwrap_or(0);
         o.push_str("<table id=\"episodes\"><tr><th>#</th><th>when (s from start)</th><th>domain</th><th>who</th><th>what</th></tr>\n");
         for (i, e) in r.episodes.iter().enumerate() {
+            let (from, to) = e.seconds_from(t0);
             let _ = writeln!(
                 o,
-                "<tr class=\"episode\"><td>{}</td><td>{:.2}–{:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"episode\"><td>{}</td><td>{from:.2}–{to:.2}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 i + 1,
-                (e.start_ns - t0) as f64 / 1e9,
-                (e.end_ns - t0) as f64 / 1e9,
                 e.domain,
                 escape(&e.container_name),
                 escape(&episode_line(e))
