@@ -509,12 +509,13 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
 mod tests {
     use super::Common;
     use crate::duration::{short, INTERVALS};
-    use clap::Args;
+    use clap::{Args, ValueEnum};
 
     /// Where the docs state the interval's defaults and range, they say what the code does:
-    /// the defaults are the backends' own constants, the range the flag's parser.
+    /// the defaults are the backends' own constants, the range the flag's parser; and they
+    /// list the backends `--backend` takes.
     #[test]
-    fn the_docs_state_the_interval_defaults_and_range_the_code_has() {
+    fn the_docs_state_the_interval_and_backends_the_code_has() {
         let msr = short(cachescope_cmt::DEFAULT_INTERVAL);
         let resctrl = short(cachescope_resctrl::DEFAULT_INTERVAL);
         assert_eq!(resctrl, short(cachescope_perf::cqm_backend::DEFAULT_INTERVAL), "one phrase covers both");
@@ -531,6 +532,16 @@ mod tests {
             for s in stated.iter().chain([&range]) {
                 assert!(line.contains(s.as_str()), "{doc}: {line:?} does not say {s:?}");
             }
+        }
+        // And the backends `--backend` takes, in its order.
+        let names: Vec<String> = super::Backend::value_variants()
+            .iter()
+            .filter_map(|b| b.to_possible_value().map(|v| v.get_name().to_string()))
+            .collect();
+        let list = format!("--backend {}", names.join("|"));
+        for doc in ["README.md", "docs/cli.md"] {
+            let text = std::fs::read_to_string(root.join(doc)).unwrap().replace('`', "");
+            assert!(text.contains(&list), "{doc} does not list {list:?}");
         }
         let cmd = Common::augment_args(clap::Command::new("t"));
         let help = cmd.get_arguments().find(|a| a.get_id() == "interval").and_then(|a| a.get_help()).unwrap();

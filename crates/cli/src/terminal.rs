@@ -137,7 +137,7 @@ impl Sink for Live {
         header[0] = format!("t={:.3}s  {}", st.t.as_secs_f64(), header[0]);
         self.tui.show(Frame {
             host: self.host.clone(),
-            wall_ns: cachescope_engine::run::realtime_ns(),
+            wall_ns: cachescope_platform::clock::realtime_ns(),
             header,
             rows: self.acc.take(st.period, &st.l3_bytes),
         });

@@ -1,7 +1,8 @@
 //! The engine of cachescope: one run loop ([`run`]) that every command and backend goes
 //! through, and the parts it is built from, each a trait with its implementations living
 //! beside what they touch:
-//! - [`backend::CacheBackend`]: cache occupancy and bandwidth (resctrl, msr, emulated, none);
+//! - [`backend::CacheBackend`]: cache occupancy and bandwidth (kmod, resctrl, msr, perf-cqm,
+//!   emulated, none), each built by its own crate;
 //! - [`containers::ContainerSource`]: containers starting and stopping;
 //! - [`pmu::PmuSource`]: PMU and CPU columns, sampled in their own slots, drained in batches;
 //! - [`world::World`]: an emulated platform's time;

@@ -20,11 +20,11 @@ use crate::sched::{Lateness, TickerError};
 use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
 use crate::world::World;
-use cachescope_platform::clock::thread_cpu;
+use cachescope_platform::clock::{realtime_ns, thread_cpu};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The parts of a run, chosen and built by the caller.
 pub struct Parts {
@@ -76,10 +76,6 @@ pub enum RunError {
 
 fn part(what: &'static str) -> impl FnOnce(PartError) -> RunError {
     move |why| RunError::Part { what, why }
-}
-
-pub fn realtime_ns() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 struct State {

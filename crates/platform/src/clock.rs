@@ -1,10 +1,16 @@
 //! CLOCK_MONOTONIC as a Duration since boot: the clock of timerfd deadlines and of
-//! `bpf_ktime_get_ns`, so values taken here line up with both.
+//! `bpf_ktime_get_ns`, so values taken here line up with both; CPU time; the wall clock.
 
 use std::time::Duration;
 
 pub fn monotonic() -> Duration {
     read(libc::CLOCK_MONOTONIC)
+}
+
+/// The wall clock (CLOCK_REALTIME) in ns since the epoch, as rows and files carry it; 0 for
+/// a clock set before 1970.
+pub fn realtime_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// CPU time the calling thread has used: what work costs, whatever else the machine runs
