@@ -10,12 +10,14 @@
 
 #![allow(clippy::unwrap_used)] // a benchmark: a panic is the report
 
+mod common;
+
 use cachescope_engine::sink::{Flow, Sink};
-use cachescope_engine::PartResult;
-use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row};
+use cachescope_engine::{Container, ContainerMeta, Row};
 use cachescope_kmod::abi::{kind, Record};
 use cachescope_kmod::fake::FakeKernel;
 use cachescope_kmod::KmodBackend;
+use common::Containers;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,17 +31,6 @@ fn monotonic_ns() -> u64 {
     // SAFETY: a valid timespec out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-struct Containers(Vec<Container>);
-impl ContainerSource for Containers {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
-        out.extend(self.0.drain(..).map(Change::Started));
-        Ok(())
-    }
-    fn describe(&self) -> String {
-        "bench".into()
-    }
 }
 
 struct Drop(Arc<AtomicU64>);

@@ -13,11 +13,13 @@
 
 #![allow(clippy::unwrap_used)] // a benchmark: a panic is the report
 
+mod common;
+
 use cachescope_engine::sink::{Flow, Sink};
-use cachescope_engine::PartResult;
-use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row};
+use cachescope_engine::{Container, ContainerMeta, Row};
 use cachescope_kmod::abi::kind;
 use cachescope_kmod::{Device, KmodBackend};
+use common::Containers;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -108,17 +110,6 @@ fn ping_pong(a: &str, b: &str, rounds: usize) -> f64 {
     drop(w);
     child.wait().unwrap();
     ns
-}
-
-struct Containers(Vec<Container>);
-impl ContainerSource for Containers {
-    fn poll(&mut self, _: Duration, out: &mut Vec<Change>) -> PartResult {
-        out.extend(self.0.drain(..).map(Change::Started));
-        Ok(())
-    }
-    fn describe(&self) -> String {
-        "bench".into()
-    }
 }
 
 struct Drop;

@@ -44,6 +44,14 @@ rows() {
   gzip -c /tmp/rows.jsonl | base64
   echo CS-ROWS-END
 }
+# stop_cs WHAT: end the cachescope running in the background ($CS) as a user would (SIGINT), say
+# its exit status as WHAT_exit, then what it said on stderr.
+stop_cs() {
+  kill -INT $CS
+  wait $CS
+  say "$1_exit=$?"
+  sed 's/^/CS-STDERR /' /tmp/err.txt
+}
 # start NAME COMMAND...: COMMAND in container NAME, pinned to CPU 0, output in /tmp/NAME.out.
 start() {
   n=$1; shift
@@ -133,11 +141,8 @@ if [ "$backend" = msr ] && [ "${cs_mode:-}" != inject ]; then
   wait $LAST
   # cachescope runs until told: SIGINT ends it cleanly, whatever the guest's pace was.
   sleep 0.5
-  kill -INT $CS
-  wait $CS
-  say monitor_exit=$?
+  stop_cs monitor
   say stream="$(tr '\n' ' ' </tmp/stream.out)"
-  sed 's/^/CS-STDERR /' /tmp/err.txt
   rows
   say done=1
   finish
@@ -187,10 +192,7 @@ if [ "${cs_mode:-}" = limbo ]; then
   say thrash_start="$(date +%s)"
   taskset 0x1 rdt-work thrash $((LLC * 4)) 3 >/dev/null 2>&1
   sleep 3
-  kill -INT $CS
-  wait $CS
-  say monitor_exit=$?
-  sed 's/^/CS-STDERR /' /tmp/err.txt
+  stop_cs monitor
   rows
   say done=1
   finish
@@ -234,10 +236,7 @@ if [ "${cs_mode:-}" = noisy ]; then
   kill $THRASH $VICTIM
   wait $THRASH $VICTIM 2>/dev/null
   sleep 0.5
-  kill -INT $CS
-  wait $CS
-  say record_exit=$?
-  sed 's/^/CS-STDERR /' /tmp/err.txt
+  stop_cs record
   cachescope report --json /tmp/rec >/tmp/report.json 2>/tmp/report-err.txt
   say report_exit=$?
   sed 's/^/CS-STDERR /' /tmp/report-err.txt
