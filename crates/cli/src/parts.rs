@@ -16,7 +16,9 @@ use cachescope_emu_resctrl::play::Play;
 use cachescope_emu_resctrl::{proc_resolver, Mounted, Options as FuseOptions};
 use cachescope_engine::backend::{BackendInfo, Sampling, Unsupported};
 use cachescope_engine::pmu::PmuSource;
-use cachescope_engine::{CacheBackend, ContainerMeta, ContainerSource, PartError, Parts, RunError, Sink, TickerError};
+use cachescope_engine::{
+    CacheBackend, ContainerMeta, ContainerSource, PartError, PartResult, Parts, RunError, Sink, TickerError,
+};
 use cachescope_hw::cpuid::CpuidSnapshot;
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cqm_backend::CqmBackend;

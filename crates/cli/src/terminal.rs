@@ -4,7 +4,7 @@
 
 use crate::tui::{Frame, Tui};
 use crate::view::{self, Accumulator};
-use cachescope_engine::{Flow, Lateness, Row, RunStatus, Sink};
+use cachescope_engine::{Flow, Lateness, OutputError, Row, RunStatus, Sink};
 use cachescope_sinks::parquet::Provenance;
 use std::io::Write;
 use std::time::Duration;
@@ -64,10 +64,10 @@ impl Stdout {
         }
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         let flushed = if self.failed.is_none() { std::io::stdout().flush() } else { Ok(()) };
         match self.failed.take().map_or(flushed, Err) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("writing to stdout: {e}")),
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(OutputError(format!("writing to stdout: {e}"))),
             _ => Ok(Vec::new()),
         }
     }
@@ -103,7 +103,7 @@ impl Sink for Table {
         self.acc.forget(id);
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.out.finish()
     }
 }
@@ -152,8 +152,8 @@ impl Sink for Live {
     }
 
     /// The terminal is restored first, so what follows is printed on the normal screen.
-    fn finish(&mut self) -> Result<Vec<String>, String> {
-        self.tui.stop()?;
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
+        self.tui.stop().map_err(OutputError)?;
         Ok(Vec::new())
     }
 }
@@ -239,7 +239,7 @@ impl Sink for Progress {
         }
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.record.as_mut().map_or(Ok(Vec::new()), |r| r.finish())
     }
 
@@ -275,7 +275,7 @@ impl Sink for Jsonl {
         self.out.write(|o| o.write_all(buf))
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.out.finish()
     }
 }

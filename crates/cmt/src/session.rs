@@ -30,7 +30,8 @@ pub fn rmid_config(caps: &Caps, l3_bytes: u64) -> Config {
 /// Whoever moves a container's threads onto an RMID: a kernel module, or the emulator playing
 /// the kernel.
 pub trait TaskTagger {
-    fn tag(&self, container: &str, rmid: Option<u32>) -> Result<(), String>;
+    /// Its refusal is the container's own trouble ([`PartError::Container`]) or the tagger's.
+    fn tag(&self, container: &str, rmid: Option<u32>) -> PartResult;
 }
 
 struct Attached<D: MsrDevice> {
@@ -204,7 +205,7 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
             (None, Some(t)) => {
                 if let Err(why) = t.tag(c.id(), Some(rmid)) {
                     self.alloc.free(&c.id().to_string(), Duration::ZERO);
-                    return Err(PartError::container(c.id(), format!("tagging its tasks: {why}")));
+                    return Err(why.context("tagging its tasks"));
                 }
                 None
             }

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// Tags scenario containers; names the scenario does not have (fillers) are accepted.
 struct Tagger(Arc<EmuPlatform>);
 impl TaskTagger for Tagger {
-    fn tag(&self, c: &str, rmid: Option<u32>) -> Result<(), String> {
+    fn tag(&self, c: &str, rmid: Option<u32>) -> PartResult {
         self.0.tag_container(c, rmid);
         Ok(())
     }

@@ -34,6 +34,6 @@ pub use error::{PartError, PartResult};
 pub use row::{ContainerMeta, MbmCounter, Pmu, Row, RuntimeCell, RuntimeMeta, Status};
 pub use run::{run, Options, Parts, RunError, Summary};
 pub use sched::{Lateness, Tick, Ticker, TickerError, MAX_INTERVAL, MIN_INTERVAL};
-pub use sink::{Flow, RunStatus, Sink};
+pub use sink::{Flow, OutputError, RunStatus, Sink};
 pub use slots::{Policy, WaitReason};
 pub use sparse::Sparse;

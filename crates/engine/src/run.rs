@@ -450,7 +450,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
     for s in st.p.sinks.iter_mut() {
         match s.finish() {
             Ok(m) => st.messages.extend(m),
-            Err(e) => output_errors.push(e),
+            Err(e) => output_errors.push(e.to_string()),
         }
         summary.losses.extend(s.losses());
     }

@@ -44,6 +44,12 @@ pub enum Flow {
     Stop,
 }
 
+/// An output that could not finish (stdout refused a write, a file could not be closed):
+/// what was lost, in words. The run still ends with its summary; the CLI exits 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OutputError(pub String);
+
 pub trait Sink {
     /// Rows, in time order (of one or more intervals).
     fn rows(&mut self, rows: &[Row]) -> Flow;
@@ -56,7 +62,7 @@ pub trait Sink {
     /// A container stopped: its rows end.
     fn forget(&mut self, _id: &str) {}
     /// End of the run: close what is open; what was done, in words.
-    fn finish(&mut self) -> Result<Vec<String>, String>;
+    fn finish(&mut self) -> Result<Vec<String>, OutputError>;
     /// After [`Sink::finish`]: what was accepted and did not reach the output (rows dropped
     /// for a full disk), in words. A run with losses finished, but not whole.
     fn losses(&self) -> Option<String> {

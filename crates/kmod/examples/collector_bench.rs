@@ -12,7 +12,7 @@
 
 mod common;
 
-use cachescope_engine::sink::{Flow, Sink};
+use cachescope_engine::sink::{Flow, OutputError, Sink};
 use cachescope_engine::{Container, ContainerMeta, Row};
 use cachescope_kmod::abi::{kind, Record};
 use cachescope_kmod::fake::FakeKernel;
@@ -39,7 +39,7 @@ impl Sink for Drop {
         self.0.fetch_add(rows.len() as u64, Ordering::Relaxed);
         Flow::Continue
     }
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         Ok(Vec::new())
     }
 }

@@ -15,7 +15,7 @@
 
 mod common;
 
-use cachescope_engine::sink::{Flow, Sink};
+use cachescope_engine::sink::{Flow, OutputError, Sink};
 use cachescope_engine::{Container, ContainerMeta, Row};
 use cachescope_kmod::abi::kind;
 use cachescope_kmod::{Device, KmodBackend};
@@ -117,7 +117,7 @@ impl Sink for Drop {
     fn rows(&mut self, _: &[Row]) -> Flow {
         Flow::Continue
     }
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         Ok(Vec::new())
     }
 }

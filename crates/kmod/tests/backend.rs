@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use cachescope_engine::backend::{Attach, CacheBackend, RawSample};
-use cachescope_engine::sink::{Flow, Sink};
+use cachescope_engine::sink::{Flow, OutputError, Sink};
 use cachescope_engine::PartResult;
 use cachescope_engine::{Change, Container, ContainerMeta, ContainerSource, Row, Status, WaitReason};
 use cachescope_kmod::abi::{flags, kind, no_rmid, Record};
@@ -176,7 +176,7 @@ impl Sink for Keep {
         self.0.lock().unwrap().extend_from_slice(rows);
         Flow::Continue
     }
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         Ok(Vec::new())
     }
 }

@@ -5,7 +5,7 @@ use crate::http::HttpServer;
 use crate::parquet::{Options as ParquetOptions, Recorder};
 use crate::prom::Metrics;
 use cachescope_engine::backend::BackendInfo;
-use cachescope_engine::{Flow, Row, RunStatus, Sink, Sparse};
+use cachescope_engine::{Flow, OutputError, Row, RunStatus, Sink, Sparse};
 use cachescope_platform::clock::realtime_ns;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -159,7 +159,7 @@ impl Sink for RecordSink {
         self.batch.extend(end);
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         let Some(rec) = self.rec.take() else { return Ok(Vec::new()) };
         rec.send(std::mem::take(&mut self.batch));
         let (st, err) = rec.finish();
@@ -183,7 +183,7 @@ impl Sink for RecordSink {
             // What was done is said first; then why the recording is not whole.
             Some(e) => {
                 cachescope_platform::say!("{line}");
-                Err(format!("finishing the Parquet files: {e}"))
+                Err(OutputError(format!("finishing the Parquet files: {e}")))
             }
             None => Ok(vec![line]),
         }
@@ -241,7 +241,7 @@ impl Sink for ServeSink {
         self.with(|m| m.forget(id));
     }
 
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.server.stop();
         Ok(Vec::new())
     }

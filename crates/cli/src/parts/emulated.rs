@@ -6,8 +6,9 @@ use super::*;
 pub(super) struct EmuTagger(Arc<EmuPlatform>);
 
 impl TaskTagger for EmuTagger {
-    fn tag(&self, container: &str, rmid: Option<u32>) -> Result<(), String> {
-        self.0.tag_container(container, rmid).then_some(()).ok_or_else(|| "no such emulated container".into())
+    fn tag(&self, container: &str, rmid: Option<u32>) -> PartResult {
+        let tagged = self.0.tag_container(container, rmid);
+        tagged.then_some(()).ok_or_else(|| PartError::container(container, "no such emulated container"))
     }
 }
 

@@ -7,6 +7,7 @@ use crate::containers::Container;
 use crate::error::PartResult;
 use crate::pmu::PmuSample;
 use crate::row::ContainerMeta;
+use crate::sink::OutputError;
 use crate::slots::WaitReason;
 use cachescope_hw::msr::Cumulative;
 use std::collections::BTreeMap;
@@ -169,7 +170,7 @@ impl Sink for VecSink {
         let n = k.rows.len();
         k.forgotten.push((id.to_string(), n));
     }
-    fn finish(&mut self) -> Result<Vec<String>, String> {
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.0.lock().unwrap().finished = true;
         Ok(Vec::new())
     }
