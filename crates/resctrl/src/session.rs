@@ -310,11 +310,78 @@ impl ContainerGroups {
     }
 }
 
-/// What resctrl refused while creating one container's group is that container's trouble.
-fn of_container(id: &str) -> impl FnOnce(ResctrlError) -> PartError + '_ {
-    move |e| match e {
-        ResctrlError::Mkdir { .. } | ResctrlError::BadId(_) | ResctrlError::NotOurs(_) => PartError::container(id, e),
-        e => e.into(),
+impl ContainerGroups {
+    /// `e` as the engine judges it: a mount gone under the run (its info/ directory vanished)
+    /// ends the run as unavailable; what resctrl refused while making container `id`'s group
+    /// is that container's trouble; the rest failed.
+    fn judge(&self, e: ResctrlError, id: Option<&str>) -> PartError {
+        if !self.rc.root().join("info").is_dir() {
+            return PartError::gone(format!("resctrl is no longer mounted at {}: {e}", self.rc.root().display()));
+        }
+        match (e, id) {
+            (e @ (ResctrlError::Mkdir { .. } | ResctrlError::BadId(_) | ResctrlError::NotOurs(_)), Some(id)) => {
+                PartError::container(id, e)
+            }
+            (e, _) => e.into(),
+        }
+    }
+
+    fn attach_group(&mut self, c: &Container, src: &dyn ContainerSource) -> Result<Attach, ResctrlError> {
+        let _lock = self.rc.lock()?;
+        // resctrl does not say which RMID a group holds (only the debug mount does).
+        Ok(match self.try_create(c, src)? {
+            None => Attach::Monitored { rmid: None },
+            Some(why) => Attach::Waiting(why),
+        })
+    }
+
+    /// Leftovers removed, threads resynced, vanished groups re-created; those that cannot be
+    /// are handed back to the RMID policy.
+    fn upkeep_groups(
+        &mut self,
+        now: Duration,
+        src: &dyn ContainerSource,
+    ) -> Result<Vec<(String, WaitReason)>, ResctrlError> {
+        self.remove_leftovers()?;
+        self.resync_tasks(src);
+        self.plan_counters(now)?;
+        let lost: Vec<String> =
+            self.groups.iter().filter(|(_, m)| m.reader.is_none()).map(|(k, _)| k.clone()).collect();
+        let mut out = Vec::new();
+        if lost.is_empty() {
+            return Ok(out);
+        }
+        let _lock = self.rc.lock()?;
+        for id in lost {
+            let Some(m) = self.groups.remove(&id) else { continue };
+            // Whatever is left of it is ours (another owner's is theirs); start over.
+            if !m.foreign {
+                self.rc.remove_group(&m.group)?;
+            }
+            let c = Container { meta: m.meta.clone(), ..Default::default() };
+            match self.try_create(&c, src)? {
+                None => self.stats.recreated += 1,
+                Some(why) => out.push((id, why)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Our groups removed, and the kernel's mbm_assign_on_mkdir as it was before the run.
+    fn remove_all(&mut self) -> Result<(), ResctrlError> {
+        let ids: Vec<String> = self.groups.keys().cloned().collect();
+        for id in ids {
+            self.remove(&id)?;
+        }
+        self.remove_leftovers()?;
+        if let Some(c) = &self.counters {
+            if c.on_mkdir_before == Some(true) {
+                self.rc.set_assign_on_mkdir(true)?;
+                // Absent where noting it failed (said at start).
+                std::fs::remove_file(assign::ON_MKDIR_NOTE).ok();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -331,16 +398,11 @@ impl CacheBackend for ContainerGroups {
         if self.groups.contains_key(c.id()) {
             return Ok(Attach::Monitored { rmid: None });
         }
-        let _lock = self.rc.lock()?;
-        // resctrl does not say which RMID a group holds (only the debug mount does).
-        Ok(match self.try_create(c, src).map_err(of_container(c.id()))? {
-            None => Attach::Monitored { rmid: None },
-            Some(why) => Attach::Waiting(why),
-        })
+        self.attach_group(c, src).map_err(|e| self.judge(e, Some(c.id())))
     }
 
     fn detach(&mut self, id: &str, _: Duration) -> PartResult {
-        Ok(self.remove(id)?)
+        self.remove(id).map_err(|e| self.judge(e, None))
     }
 
     /// Every group's counters: one sample per container and domain; a group that cannot be
@@ -414,32 +476,8 @@ impl CacheBackend for ContainerGroups {
         Ok(())
     }
 
-    /// Leftovers removed, threads resynced, vanished groups re-created; those that cannot be
-    /// are handed back to the RMID policy.
     fn upkeep(&mut self, now: Duration, src: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
-        self.remove_leftovers()?;
-        self.resync_tasks(src);
-        self.plan_counters(now)?;
-        let lost: Vec<String> =
-            self.groups.iter().filter(|(_, m)| m.reader.is_none()).map(|(k, _)| k.clone()).collect();
-        let mut out = Vec::new();
-        if lost.is_empty() {
-            return Ok(out);
-        }
-        let _lock = self.rc.lock()?;
-        for id in lost {
-            let Some(m) = self.groups.remove(&id) else { continue };
-            // Whatever is left of it is ours (another owner's is theirs); start over.
-            if !m.foreign {
-                self.rc.remove_group(&m.group)?;
-            }
-            let c = Container { meta: m.meta.clone(), ..Default::default() };
-            match self.try_create(&c, src).map_err(of_container(c.id()))? {
-                None => self.stats.recreated += 1,
-                Some(why) => out.push((id, why)),
-            }
-        }
-        Ok(out)
+        self.upkeep_groups(now, src).map_err(|e| self.judge(e, None))
     }
 
     fn slots(&self) -> SlotCounts {
@@ -463,18 +501,7 @@ impl CacheBackend for ContainerGroups {
             (n(&s.tagged), n(&s.threads_moved), n(&s.left))
         });
         drop(tagger);
-        let ids: Vec<String> = self.groups.keys().cloned().collect();
-        for id in ids {
-            self.remove(&id)?;
-        }
-        self.remove_leftovers()?;
-        if let Some(c) = &self.counters {
-            if c.on_mkdir_before == Some(true) {
-                self.rc.set_assign_on_mkdir(true)?;
-                // Absent where noting it failed (said at start).
-                std::fs::remove_file(assign::ON_MKDIR_NOTE).ok();
-            }
-        }
+        self.remove_all().map_err(|e| self.judge(e, None))?;
         let st = &self.stats;
         let mut out = Vec::new();
         if self.counters.is_some() {

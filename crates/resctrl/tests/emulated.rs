@@ -10,8 +10,8 @@ use cachescope_engine::backend::{BackendInfo, CacheBackend};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::derive::Derive;
 use cachescope_engine::slots::Slots;
-use cachescope_engine::PartResult;
 use cachescope_engine::{ContainerMeta, Row, Status, WaitReason};
+use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::msr::Event;
 use cachescope_resctrl::{ContainerGroups, Domain, GroupRef, Resctrl, Value};
 use std::cell::RefCell;
@@ -471,4 +471,18 @@ fn young_containers_are_tagged_at_their_first_thread() {
     let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!((n(&s.tagged) >= 1, n(&s.threads_moved), n(&s.left)), (true, 2, 1));
     drop(tagger);
+}
+
+/// The mount going away under a run is `Gone` (the CLI's exit 3), never one container's
+/// trouble (which would only make that container wait).
+#[test]
+fn a_mount_that_goes_away_is_gone_not_a_containers_trouble() {
+    let Some(m) = mount(Options::default()) else { return };
+    let mut run = Run::new(Resctrl::at(m.root()));
+    let src = Fake::with(&[("b", vec![102])]);
+    drop(m);
+    match run.s.attach(&container("b"), &src, Duration::ZERO) {
+        Err(PartError::Gone(why)) => assert!(why.contains("no longer mounted"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }
