@@ -7,13 +7,13 @@ pub type PartResult<T = ()> = Result<T, PartError>;
 /// A failure of one of the engine's parts.
 #[derive(Debug, thiserror::Error)]
 pub enum PartError {
-    /// What the part reads went away under the run (resctrl unmounted, the module's device or
-    /// the MSR device unreadable, its cgroup tree gone): the run ends, and the CLI says the
-    /// facility is unavailable (exit 3), as it would at the start.
+    /// What the part reads went away under the run (resctrl unmounted, the module's device
+    /// gone): the run ends, and the CLI says the facility is unavailable (exit 3), as it would
+    /// at the start.
     #[error("{0}")]
     Gone(String),
     /// One container could not be attached: its cgroup vanished meanwhile, or the kernel
-    /// refused its tasks. It waits (as a lost group, retried at upkeep) and the run goes on.
+    /// refused its group or its tasks. It waits (as a lost group, retried at upkeep) and the run goes on.
     #[error("container {id}: {why}")]
     Container { id: String, why: String },
     /// Anything else the kernel or a device refused, or answered in a form it does not
