@@ -331,10 +331,9 @@ fn build(args: &Common) -> Result<Built, CliError> {
     let d = detect(&HostPaths::default(), &host, &LiveProbe);
     let chosen = match args.backend {
         // Detection names backends as `--backend` does.
-        Backend::Auto => d
-            .auto(Role::CacheMonitoring)
-            .and_then(|b| <Backend as clap::ValueEnum>::from_str(b.name, false).ok())
-            .unwrap_or(Backend::None),
+        Backend::Auto => {
+            d.auto(Role::CacheMonitoring).and_then(|b| Backend::from_str(b.name, false).ok()).unwrap_or(Backend::None)
+        }
         named => named,
     };
     let name = chosen.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
@@ -347,6 +346,7 @@ fn build(args: &Common) -> Result<Built, CliError> {
         Backend::Kmod => kmod(args, &host),
         Backend::Msr => msr(args, &host),
         Backend::PerfCqm => perf_cqm(args, &host),
+        // `auto` was resolved above and `emulated` built before detection: only `none` is left.
         Backend::None | Backend::Auto | Backend::Emulated => unsupported(args, &host, &d),
     }
 }
