@@ -62,6 +62,22 @@ sleep 1
 kill -9 $E; wait $E 2>/dev/null
 say extra_usage_usec=$(usage extra)
 say idle_usage_usec=$(usage idle)
+# The run ends itself after --duration. One still running 60 s later is stuck (a CI run saw
+# that once, under load): say where, its threads' kernel stacks and the blocked tasks, then
+# end it, so that the test fails naming the place.
+alive() { [ "$(awk '/^State:/ { print $2 }' /proc/$1/status 2>/dev/null)" ] && ! grep -q '^State:.*Z' /proc/$1/status; }
+i=0
+while alive $CS && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+if alive $CS; then
+  say monitor_stuck=1
+  for t in /proc/$CS/task/*; do
+    echo "CS-STUCK thread ${t##*/} $(cat $t/comm) in $(cat $t/wchan 2>/dev/null)"
+    sed 's/^/CS-STUCK   /' $t/stack 2>/dev/null
+  done
+  echo w > /proc/sysrq-trigger 2>/dev/null
+  dmesg | tail -80 | sed 's/^/CS-STUCK dmesg /'
+  kill -9 $CS
+fi
 wait $CS; say monitor_exit=$?
 sed 's/^/CS-STDERR /' /tmp/err.txt
 kill -9 $I $P

@@ -79,6 +79,7 @@ fn check_kernel(kernel: &str) {
     let results = guest_results(&said);
     let r = |k: &str| results.get(k).cloned().unwrap_or_else(|| panic!("the guest did not report {k}"));
     let num = |k: &str| r(k).parse::<u64>().unwrap_or_else(|_| panic!("{k}={}", r(k)));
+    assert!(!results.contains_key("monitor_stuck"), "{kernel}: the monitor did not end (CS-STUCK lines above)");
     assert_eq!(r("done"), "1", "{kernel}: the guest ran to the end");
     // Nothing the kernel should never say: no WARNING, BUG, lockdep or atomic-sleep report, no
     // kCFI trap (the lines are in the output above, as CS-SPLAT).
