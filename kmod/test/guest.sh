@@ -9,6 +9,22 @@ usage() { sed -n 's/^usage_usec //p' "/sys/fs/cgroup/ctr/$1/cpu.stat"; }
 mkdir -p /sys/kernel/debug && mount -t debugfs none /sys/kernel/debug 2>/dev/null
 K=/sys/kernel/debug/kmemleak
 if [ -e $K ]; then echo scan > $K; echo clear > $K; fi
+# A watchdog: a guest still running shortly before QEMU's limit (300 s; 900 s for the debug
+# kernel, the one with kmemleak) says where its tasks wait, so that a hang names its place
+# (two CI runs saw a guest stop moving after CPU hotplug, once in the monitor, once after it).
+hang_report() {
+  echo "CS-HANG the guest is still running after $1 s: where its tasks wait"
+  for p in /proc/[0-9]*; do
+    case "$(cat $p/comm 2>/dev/null)" in cachescope | rmmod | insmod | cat | gzip) ;; *) continue ;; esac
+    echo "CS-HANG $(cat $p/comm) ${p#/proc/} $(awk '/^State:/ { print $2 }' $p/status) in $(cat $p/wchan 2>/dev/null)"
+    sed 's/^/CS-HANG   /' $p/stack 2>/dev/null
+  done
+  echo w > /proc/sysrq-trigger 2>/dev/null
+  dmesg | tail -60 | sed 's/^/CS-HANG dmesg /'
+}
+WATCH=240
+[ -e $K ] && WATCH=840
+(sleep $WATCH; hang_report $WATCH) &
 
 # Refusals: no RDT under TCG, parameters out of range.
 insmod /cachescope.ko 2>/dev/null; say refuse_no_rdt=$?
