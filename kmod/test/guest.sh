@@ -10,8 +10,10 @@ mkdir -p /sys/kernel/debug && mount -t debugfs none /sys/kernel/debug 2>/dev/nul
 K=/sys/kernel/debug/kmemleak
 if [ -e $K ]; then echo scan > $K; echo clear > $K; fi
 # A watchdog: a guest still running shortly before QEMU's limit (300 s; 900 s for the debug
-# kernel, the one with kmemleak) says where its tasks wait, so that a hang names its place
-# (two CI runs saw a guest stop moving after CPU hotplug, once in the monitor, once after it).
+# kernel, the one with kmemleak) says where its tasks wait, so that a hang names its place.
+# The report goes through the kernel's log first: the kernel's console writes poll the UART,
+# while a write to /dev/console can wait forever on a serial port whose interrupt was lost
+# (how the guest looked hung in two CI runs: scripts/guest-qemu.sh, noirqdebug).
 hang_report() {
   echo "CS-HANG the guest is still running after $1 s: where its tasks wait"
   for p in /proc/[0-9]*; do
@@ -19,12 +21,19 @@ hang_report() {
     echo "CS-HANG $(cat $p/comm) ${p#/proc/} $(awk '/^State:/ { print $2 }' $p/status) in $(cat $p/wchan 2>/dev/null)"
     sed 's/^/CS-HANG   /' $p/stack 2>/dev/null
   done
+}
+hang_watch() {
+  sleep $1
+  echo on > /proc/sys/kernel/printk_devkmsg
+  hang_report $1 > /tmp/hang.txt 2>&1
+  while IFS= read -r l; do echo "<2>$l" > /dev/kmsg; done < /tmp/hang.txt
   echo w > /proc/sysrq-trigger 2>/dev/null
+  cat /tmp/hang.txt
   dmesg | tail -60 | sed 's/^/CS-HANG dmesg /'
 }
 WATCH=240
 [ -e $K ] && WATCH=840
-(sleep $WATCH; hang_report $WATCH) &
+hang_watch $WATCH &
 
 # Refusals: no RDT under TCG, parameters out of range.
 insmod /cachescope.ko 2>/dev/null; say refuse_no_rdt=$?
