@@ -154,8 +154,10 @@ if [ "${cs_mode:-}" = assign ]; then
   done
   mkdir $C/pin
   # The pinned stream exists (stopped) before cachescope starts, so that it is tagged before it
-  # streams: this test is about counters, not about how soon a container is tagged.
-  taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work stream 16M 8 $((LLC * 4))" >/tmp/pin.out 2>&1 &
+  # streams: this test is about counters, not about how soon a container is tagged. It streams
+  # for 16 s, from 5 s to about 21 s of the 50 s run: a tick that reads 600 counter files under
+  # TCG took up to 2.5 s in a CI run, and 8 s then held only 3 whole rows of the 5 the test needs.
+  taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work stream 16M 16 $((LLC * 4))" >/tmp/pin.out 2>&1 &
   PIN=$!
   wait_for pin allocated
   # Another owner's group, with the two counters mkdir gave it: cachescope leaves them be.
