@@ -58,8 +58,13 @@ P=$!
 cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 10s \
     >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
-sleep 1
-cat /dev/cachescope >/dev/null 2>&1; say second_open=$?
+# One session at a time: a second open is refused while the monitor holds the device. Wait
+# until it does (on the debug kernel the monitor took over a second to open it once, and
+# `cat` opened the device first and waited in read for good); the timeout turns a second
+# open that succeeds into a failing value instead of a hang.
+i=0
+until ls -l /proc/$CS/fd 2>/dev/null | grep -q /dev/cachescope || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+timeout 5 cat /dev/cachescope >/dev/null 2>&1; say second_open=$?
 cd /sys/fs/cgroup/ctr
 mkdir busy idle extra over busy/inner
 # The busy process runs in a cgroup nested in its container's: it shares the RMID. It and
