@@ -80,11 +80,15 @@ cp "$guest" "$root/init" && chmod +x "$root/init"
 # both CPUs idle. This was the module test's rare hang (CI: after CPU hotplug, around a
 # session's end); a guest printing 600 KB blocks of base64 beside two busy loops lost IRQ 4
 # within 16 s, twice in two runs, and with noirqdebug printed 4.8 MB, twice in two runs.
+# Only RT kernels thread the UART's handler; the generic 6.1 kept its IRQ under the same
+# stress, and the others keep the spurious-interrupt check.
+irqdebug=
+case $kernel in *rt*) irqdebug=noirqdebug ;; esac
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=4 noirqdebug ${CACHESCOPE_QEMU_APPEND:-}" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${CACHESCOPE_QEMU_APPEND:-}" \
   -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || rc=$?
 # A guest that did not end well: the console's last lines, which hold what the kernel said
 # (a guest whose serial output stopped reports only there), without the recordings' base64.
