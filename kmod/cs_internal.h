@@ -121,7 +121,6 @@ struct cs_domain {
 	unsigned long *known;		/* last_* read at least once */
 	u64 *emu_bytes, *emu_fed, *emu_occ;
 	u64 emu_sum;
-	u32 emu_rnd;		/* xorshift32 state, never 0 */
 	struct delayed_work limbo_work;	/* on the timer's CPU, every CS_LIMBO_EVERY intervals */
 };
 

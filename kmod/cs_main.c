@@ -178,8 +178,6 @@ static int cs_init_domains(void)
 			dom->emu_occ = kcalloc(cs.num_rmids, sizeof(u64), GFP_KERNEL);
 			if (!dom->emu_bytes || !dom->emu_fed || !dom->emu_occ)
 				goto nomem;
-			/* Seeded here, in process context: the timer cannot call get_random_u32(). */
-			dom->emu_rnd = get_random_u32() | 1;
 			/* The model starts at zero: every baseline is known. */
 			bitmap_fill(dom->known, cs.num_rmids);
 		}

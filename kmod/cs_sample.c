@@ -56,23 +56,6 @@ static void cs_read(struct cs_domain *d, u32 rmid, bool mbm, struct cachescope_r
 	}
 }
 
-/*
- * Emulation, under d->lock: the eviction model's random numbers. Not get_random_u32(): this
- * runs in the hard-irq timer, and on PREEMPT_RT that can take a sleeping lock when its batch
- * runs out (a guest test saw "scheduling while atomic" from cs_tick).
- */
-static u32 cs_emu_rand(struct cs_domain *d)
-{
-	u32 x = d->emu_rnd;
-
-	lockdep_assert_held(&d->lock);
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	d->emu_rnd = x;
-	return x;
-}
-
 /* Emulation, under d->lock: bytes moved by rmid fill the L3, evicting others at random. */
 static void cs_emu_fill(struct cs_domain *d, u32 rmid, u64 bytes)
 {
@@ -92,7 +75,7 @@ static void cs_emu_fill(struct cs_domain *d, u32 rmid, u64 bytes)
 			d->emu_occ[r] -= take;
 			left -= take;
 		}
-		start = cs_emu_rand(d) % cs.num_rmids;
+		start = get_random_u32() % cs.num_rmids;
 		for (r = 0; r < cs.num_rmids && left; r++) {
 			u32 v = (start + r) % cs.num_rmids;
 			u64 take = min(d->emu_occ[v], left);
