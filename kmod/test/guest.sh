@@ -43,9 +43,9 @@ insmod /cachescope.ko emulate=1 ring_records=1000 2>/dev/null; say refuse_ring=$
 # Five RMIDs: 1..4 handed out, so the fifth container waits. A 4 MiB L3: one busy CPU
 # fills it in 4 ms; limbo's threshold is 4 MiB / 5. A ring of 262144 records (12 MiB) holds
 # the whole 10 s session (about 16000 records a second here): on the debug kernel under TCG
-# the reader can be starved for most of it (a CI run: 5 of its ticks ran, 175066 records were
-# dropped, among them the waiting container's first ones), and this test checks accounting,
-# not whether KASAN leaves user space time to read.
+# the reader can be starved for most of it (a CI run: 5 of its ticks ran and 175066 records
+# were dropped), and this test checks accounting, not whether KASAN leaves user space time
+# to read.
 insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=5 emu_upscale=4096 ring_records=262144
 say load=$?
 [ -e /dev/cachescope ] || { say device=missing; finish; }
