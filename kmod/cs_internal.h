@@ -191,7 +191,8 @@ static inline unsigned long cs_limbo_delay(void)
 {
 	return max(nsecs_to_jiffies(cs.interval_ns * CS_LIMBO_EVERY), 1UL);
 }
-int cs_find_tps(void);
+int cs_probes_start(void);
+void cs_probes_stop_all(void);
 void cs_cpu_retag(void *unused);
 int cs_start(void);
 void cs_put_rules(struct cs_rules *ru);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
-/* cachescope: a session's probes and timers, and CPU hotplug. */
+/* cachescope: the probes, a session's start and stop, and CPU hotplug. */
 #include "cs_internal.h"
 
-/* ---- probes and timers for a session ---- */
+/* ---- probes (for the module's life) and a session's timers ---- */
 
 struct cs_tp {
 	const char *name;
@@ -27,10 +27,26 @@ static void cs_find_tp(struct tracepoint *tp, void *priv)
 			cs_tps[i].tp = tp;
 }
 
-/* Out-of-tree modules find tracepoints by walking them. */
-int cs_find_tps(void)
+/* The first n probes off; none of them runs once this returns. */
+static void cs_probes_stop(size_t n)
+{
+	while (n-- > 0)
+		tracepoint_probe_unregister(cs_tps[n].tp, cs_tps[n].probe, NULL);
+	tracepoint_synchronize_unregister();
+}
+
+/*
+ * Out-of-tree modules find tracepoints by walking them. The probes are registered once, at
+ * load, and stay until unload; a session only turns cs.running on and off. Registering and
+ * unregistering per session patched the kernel's text (the tracepoints' static keys and
+ * calls) at every open and close, on a loaded system too: each patch stops every CPU at a
+ * breakpoint while the patching task, preemptible on PREEMPT_RT, finishes. While no session
+ * is open each probe costs one load and a branch.
+ */
+int cs_probes_start(void)
 {
 	size_t i;
+	int ret;
 
 	for_each_kernel_tracepoint(cs_find_tp, NULL);
 	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
@@ -39,7 +55,26 @@ int cs_find_tps(void)
 			return -ENOENT;
 		}
 	}
+	/*
+	 * Outside cpus_read_lock(): registering takes it itself (static calls), and a second
+	 * read acquisition deadlocks against a hotplug writer queued in between (lockdep on the
+	 * debug kernel said so).
+	 */
+	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
+		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
+		if (ret) {
+			pr_err("cannot probe %s: %d\n", cs_tps[i].name, ret);
+			cs_probes_stop(i);
+			return ret;
+		}
+	}
 	return 0;
+}
+
+/* All of them, at unload. */
+void cs_probes_stop_all(void)
+{
+	cs_probes_stop(ARRAY_SIZE(cs_tps));
 }
 
 static void cs_cpu_start(void *unused)
@@ -77,35 +112,14 @@ static void cs_timer_start(void *data)
 	hrtimer_start(&d->timer, ns_to_ktime(cs.interval_ns), HRTIMER_MODE_REL_PINNED_HARD);
 }
 
-static void cs_stop_probes(size_t n)
-{
-	while (n-- > 0)
-		tracepoint_probe_unregister(cs_tps[n].tp, cs_tps[n].probe, NULL);
-	tracepoint_synchronize_unregister();
-}
-
 int cs_start(void)
 {
-	size_t i;
 	u32 d;
-	int ret;
 
-	/*
-	 * The probes first, outside cpus_read_lock(): registering one takes it itself (static
-	 * calls), and a second read acquisition deadlocks against a hotplug writer queued in
-	 * between (lockdep on the debug kernel said so). They do nothing until cs.running.
-	 */
-	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
-		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
-		if (ret) {
-			pr_err("cannot probe %s: %d\n", cs_tps[i].name, ret);
-			cs_stop_probes(i);
-			return ret;
-		}
-	}
 	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
 	cpus_read_lock();
 	on_each_cpu(cs_cpu_start, NULL, 1);
+	/* The probes act from here (a switch before it is caught by the CPU's recheck). */
 	WRITE_ONCE(cs.running, true);
 	for (d = 0; d < cs.nr_domains; d++) {
 		struct cs_domain *dom = &cs.domains[d];
@@ -128,7 +142,7 @@ void cs_put_rules(struct cs_rules *ru)
 		kfree_rcu(old, rcu);
 }
 
-/* Everything back: no probe, no timer, PQR_ASSOC as found, every RMID to limbo. */
+/* Everything back: probes idle, no timer, PQR_ASSOC as found, every RMID to limbo. */
 void cs_stop(void)
 {
 	struct hlist_node *tmp;
@@ -139,12 +153,15 @@ void cs_stop(void)
 
 	if (!cs.running)
 		return;
-	cs_stop_probes(ARRAY_SIZE(cs_tps));
 	cpus_read_lock();
 	for (d = 0; d < cs.nr_domains; d++)
 		hrtimer_cancel(&cs.domains[d].timer);
-	on_each_cpu(cs_cpu_stop, NULL, 1);
+	/*
+	 * The probes go idle before each CPU's PQR_ASSOC is put back: a switch probe runs with
+	 * interrupts off, so on each CPU it either ran before the IPI below or sees running off.
+	 */
 	WRITE_ONCE(cs.running, false);
+	on_each_cpu(cs_cpu_stop, NULL, 1);
 	cpus_read_unlock();
 	/* The limbo workers last: they take cs_lock, and requeue only while running. */
 	for (d = 0; d < cs.nr_domains; d++)

@@ -56,7 +56,7 @@ void cs_probe_switch(void *data, bool preempt, struct task_struct *prev,
 {
 	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
 
-	/* Registered before the session's CPUs are set up (cs_start): nothing until then. */
+	/* Registered for the module's life: nothing outside a session (cs_start, cs_stop). */
 	if (unlikely(!READ_ONCE(cs.running)))
 		return;
 	c->switches++;
@@ -87,7 +87,7 @@ void cs_probe_runtime(void *data, struct task_struct *t, u64 runtime, u64 vrunti
 void cs_probe_attach(void *data, struct cgroup *dst, const char *path,
 			    struct task_struct *t, bool threadgroup)
 {
-	if (dst->root != &cgrp_dfl_root)
+	if (!READ_ONCE(cs.running) || dst->root != &cgrp_dfl_root)
 		return;
 	WRITE_ONCE(per_cpu(cs_cpu, task_cpu(t)).recheck, true);
 }
@@ -100,14 +100,16 @@ void cs_probe_mkdir(void *data, struct cgroup *cgrp, const char *path)
 	unsigned long flags;
 	bool match;
 
-	if (cgrp->root != &cgrp_dfl_root || !parent)
+	if (!READ_ONCE(cs.running) || cgrp->root != &cgrp_dfl_root || !parent)
 		return;
 	/* The rules are matched outside cs_lock: the glob costs O(rule x path). */
 	rcu_read_lock();
 	match = !cs_find(cgroup_id(parent)) && cs_rules_match(rcu_dereference(cs_rules), path);
 	rcu_read_unlock();
 	raw_spin_lock_irqsave(&cs_lock, flags);
-	p = cs_find(cgroup_id(parent));
+	/* Again under the lock: cs_stop empties the table under it after running goes off. */
+	p = READ_ONCE(cs.running) ? cs_find(cgroup_id(parent)) : NULL;
+	match = match && READ_ONCE(cs.running);
 	if (p) {
 		struct cs_cg *owner = p->owner == p->id ? p : cs_find(p->owner);
 
@@ -125,7 +127,7 @@ void cs_probe_rmdir(void *data, struct cgroup *cgrp, const char *path)
 	struct cs_cg *cg, *owner;
 	unsigned long flags;
 
-	if (cgrp->root != &cgrp_dfl_root)
+	if (!READ_ONCE(cs.running) || cgrp->root != &cgrp_dfl_root)
 		return;
 	raw_spin_lock_irqsave(&cs_lock, flags);
 	cg = cs_find(cgroup_id(cgrp));

@@ -92,12 +92,16 @@ timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64
   -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || rc=$?
 # A guest that did not end well: the console's last lines, which hold what the kernel said
 # (a guest whose serial output stopped reports only there), without the recordings' base64.
-if [ "${rc:-0}" -ne 0 ]; then
-  echo "guest-qemu: qemu exited $rc; the console's last lines:" >&2
+# QEMU exits 0 when the guest reboots (a panic, with panic=-1, and -no-reboot) before its script
+# said CS-END (a CI run's 7.2 guest printed nothing at all so): that is not a good end either.
+if [ "${rc:-0}" -ne 0 ] || ! grep -aq '^CS-END' "$out/console.log"; then
+  echo "guest-qemu: qemu exited ${rc:-0}, the guest's script did not reach its end; the console's last lines:" >&2
   tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -30 | sed 's/^/guest-qemu:   /' >&2
 fi
 tr -d '\r' <"$out/console.log" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
   | gunzip >"$out/rows.jsonl" 2>/dev/null || true
 tr -d '\r' <"$out/console.log" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
   | gunzip >"$out/report.json" 2>/dev/null || true
-grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS\|^CS-REPORT" | tr -d "\r" || true
+grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS\|^CS-REPORT\|^CS-END" | tr -d "\r" || true
+# A script that did not reach its end failed, whatever QEMU said.
+grep -aq '^CS-END' "$out/console.log"

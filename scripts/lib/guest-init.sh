@@ -17,9 +17,11 @@ else
 fi
 # A line the host-side test reads: "CS-RESULT key=value".
 say() { echo "CS-RESULT $*"; }
-# The end: written data out, power off (QEMU exits).
+# The end: written data out, power off (QEMU exits). CS-END tells scripts/guest-qemu.sh the
+# script got here: a guest that reboots (a panic, with panic=-1) also makes QEMU exit 0.
 finish() {
   sync
+  echo "CS-END"
   if [ -n "${CS_HOST:-}" ]; then exit 0; fi
   poweroff -f
 }
