@@ -24,6 +24,7 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/poll.h>
+#include <linux/prandom.h>
 #include <linux/random.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
@@ -121,6 +122,7 @@ struct cs_domain {
 	unsigned long *known;		/* last_* read at least once */
 	u64 *emu_bytes, *emu_fed, *emu_occ;
 	u64 emu_sum;
+	struct rnd_state emu_rnd;	/* the eviction model's draws, under lock */
 	struct delayed_work limbo_work;	/* on the timer's CPU, every CS_LIMBO_EVERY intervals */
 };
 

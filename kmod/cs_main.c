@@ -178,6 +178,12 @@ static int cs_init_domains(void)
 			dom->emu_occ = kcalloc(cs.num_rmids, sizeof(u64), GFP_KERNEL);
 			if (!dom->emu_bytes || !dom->emu_fed || !dom->emu_occ)
 				goto nomem;
+			/*
+			 * Seeded here, in process context: the model draws in the hard-irq timer,
+			 * where get_random_u32() may take the crng's local lock, a sleeping lock on
+			 * PREEMPT_RT (a 6.1-rt guest said "scheduling while atomic" from cs_tick).
+			 */
+			prandom_seed_state(&dom->emu_rnd, get_random_u64());
 			/* The model starts at zero: every baseline is known. */
 			bitmap_fill(dom->known, cs.num_rmids);
 		}

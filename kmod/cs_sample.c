@@ -62,6 +62,7 @@ static void cs_emu_fill(struct cs_domain *d, u32 rmid, u64 bytes)
 	u64 l3 = cs.l3_bytes, need, left;
 	u32 r, start;
 
+	lockdep_assert_held(&d->lock);
 	bytes = min(bytes, l3);
 	if (d->emu_sum + bytes > l3) {
 		need = d->emu_sum + bytes - l3;
@@ -75,7 +76,7 @@ static void cs_emu_fill(struct cs_domain *d, u32 rmid, u64 bytes)
 			d->emu_occ[r] -= take;
 			left -= take;
 		}
-		start = get_random_u32() % cs.num_rmids;
+		start = prandom_u32_state(&d->emu_rnd) % cs.num_rmids;
 		for (r = 0; r < cs.num_rmids && left; r++) {
 			u32 v = (start + r) % cs.num_rmids;
 			u64 take = min(d->emu_occ[v], left);
