@@ -137,6 +137,7 @@ struct cs {
 	struct cs_domain *domains;
 	bool open;		/* a session holds the device */
 	bool running;		/* probes and timers live */
+	bool probes;		/* registered (at the first session), under cs_session */
 	u64 tick_ns, tick_ns_max, misplaced;
 };
 
@@ -193,7 +194,7 @@ static inline unsigned long cs_limbo_delay(void)
 {
 	return max(nsecs_to_jiffies(cs.interval_ns * CS_LIMBO_EVERY), 1UL);
 }
-int cs_probes_start(void);
+int cs_find_tps(void);
 void cs_probes_stop_all(void);
 void cs_cpu_retag(void *unused);
 int cs_start(void);

@@ -271,6 +271,9 @@ static int __init cs_init(void)
 	cs.interval_ns = (u64)interval_us * NSEC_PER_USEC;
 	cs.ctr_mask = BIT_ULL(cs.width) - 1;
 	cs.limbo = limbo_bytes ? limbo_bytes : div64_u64(cs.l3_bytes, cs.num_rmids);
+	ret = cs_find_tps();
+	if (ret)
+		return ret;
 	ring = vmalloc(array_size(ring_records, sizeof(*ring)));
 	if (!ring)
 		return -ENOMEM;
@@ -286,19 +289,13 @@ static int __init cs_init(void)
 	if (ret < 0)
 		goto fail;
 	cs_hp_state = ret;
-	/* Once, for the module's life: sessions only turn them on and off (cs_probes_start). */
-	ret = cs_probes_start();
-	if (ret)
-		goto fail_hp;
 	ret = misc_register(&cs_misc);
 	if (ret)
-		goto fail_probes;
+		goto fail_hp;
 	pr_info("%s: %u RMIDs, %u L3 domains of %llu KiB, MBM %u bits x %llu bytes, every %u us\n",
 		emulate ? "EMULATED" : "RDT", cs.num_rmids, cs.nr_domains, cs.l3_bytes >> 10,
 		cs.width, cs.upscale, interval_us);
 	return 0;
-fail_probes:
-	cs_probes_stop_all();
 fail_hp:
 	cpuhp_remove_state_nocalls(cs_hp_state);
 fail:
@@ -310,7 +307,9 @@ static void __exit cs_exit(void)
 {
 	misc_deregister(&cs_misc);
 	/* No session is open (the device held a module reference): the probes only return. */
+	mutex_lock(&cs_session);
 	cs_probes_stop_all();
+	mutex_unlock(&cs_session);
 	cpuhp_remove_state_nocalls(cs_hp_state);
 	cs_free_all();
 	pr_info("unloaded; IA32_PQR_ASSOC restored on every CPU at the last close\n");

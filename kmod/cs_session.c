@@ -35,18 +35,11 @@ static void cs_probes_stop(size_t n)
 	tracepoint_synchronize_unregister();
 }
 
-/*
- * Out-of-tree modules find tracepoints by walking them. The probes are registered once, at
- * load, and stay until unload; a session only turns cs.running on and off. Registering and
- * unregistering per session patched the kernel's text (the tracepoints' static keys and
- * calls) at every open and close, on a loaded system too: each patch stops every CPU at a
- * breakpoint while the patching task, preemptible on PREEMPT_RT, finishes. While no session
- * is open each probe costs one load and a branch.
- */
-int cs_probes_start(void)
+/* Out-of-tree modules find tracepoints by walking them: at load, so that a kernel without one
+ * refuses the module at once. */
+int cs_find_tps(void)
 {
 	size_t i;
-	int ret;
 
 	for_each_kernel_tracepoint(cs_find_tp, NULL);
 	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
@@ -55,11 +48,26 @@ int cs_probes_start(void)
 			return -ENOENT;
 		}
 	}
-	/*
-	 * Outside cpus_read_lock(): registering takes it itself (static calls), and a second
-	 * read acquisition deadlocks against a hotplug writer queued in between (lockdep on the
-	 * debug kernel said so).
-	 */
+	return 0;
+}
+
+/*
+ * Under cs_session, at the first session's start: the probes, until unload. Registering one
+ * patches the kernel's text (the tracepoint's static key and static call), so it is done once
+ * and not at every open and close; a load that never opens a session patches nothing. A
+ * session turns them on and off (cs.running); while none is open each costs one load and a
+ * branch. Outside cpus_read_lock(): registering takes it itself (static calls), and a second
+ * read acquisition deadlocks against a hotplug writer queued in between (lockdep on the debug
+ * kernel said so).
+ */
+static int cs_probes_start(void)
+{
+	size_t i;
+	int ret;
+
+	lockdep_assert_held(&cs_session);
+	if (cs.probes)
+		return 0;
 	for (i = 0; i < ARRAY_SIZE(cs_tps); i++) {
 		ret = tracepoint_probe_register(cs_tps[i].tp, cs_tps[i].probe, NULL);
 		if (ret) {
@@ -68,13 +76,16 @@ int cs_probes_start(void)
 			return ret;
 		}
 	}
+	cs.probes = true;
 	return 0;
 }
 
-/* All of them, at unload. */
+/* At unload, if a session registered them. */
 void cs_probes_stop_all(void)
 {
-	cs_probes_stop(ARRAY_SIZE(cs_tps));
+	if (cs.probes)
+		cs_probes_stop(ARRAY_SIZE(cs_tps));
+	cs.probes = false;
 }
 
 static void cs_cpu_start(void *unused)
@@ -115,7 +126,11 @@ static void cs_timer_start(void *data)
 int cs_start(void)
 {
 	u32 d;
+	int ret;
 
+	ret = cs_probes_start();
+	if (ret)
+		return ret;
 	/* CPUs neither come nor go meanwhile: the hotplug callbacks see running as it is. */
 	cpus_read_lock();
 	on_each_cpu(cs_cpu_start, NULL, 1);

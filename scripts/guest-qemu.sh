@@ -11,6 +11,8 @@
 #                            the path tools/rdt-qemu/build.sh prints)
 #   CACHESCOPE_QEMU_MACHINE  CPU, topology and devices (default "-cpu max -smp 2"), e.g.
 #                            "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M"
+#   CACHESCOPE_QEMU_TCG      options for -accel tcg, e.g. ",thread=single" (one host thread
+#                            for every vCPU: the module's guest test, kmod/README.md says why)
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
@@ -85,7 +87,7 @@ cp "$guest" "$root/init" && chmod +x "$root/init"
 irqdebug=
 case $kernel in *rt*) irqdebug=noirqdebug ;; esac
 # shellcheck disable=SC2086 # the machine arguments are words
-timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
+timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${CACHESCOPE_QEMU_APPEND:-}" \

@@ -9,7 +9,9 @@
 //! 3. the user-space collector at the module's interval for 10 such containers: the engine
 //!    draining every 50 ms into a sink that drops rows, its CPU as a share of one core.
 //!
-//! `kmod_bench` (the module loaded, emu_rmids >= 18 when emulating)
+//! `kmod_bench` (the module loaded, emu_rmids >= 18 when emulating); `kmod_bench unloaded`:
+//! the ping-pong of 1. alone, run with the module not loaded (its probes stay registered
+//! while it is loaded, so "closed" includes their early return).
 
 #![allow(clippy::unwrap_used)] // a benchmark: a panic is the report
 
@@ -122,10 +124,21 @@ impl Sink for Drop {
     }
 }
 
+/// The ping-pong with no module: the baseline of "module closed".
+fn unloaded() {
+    std::fs::create_dir_all(format!("{ROOT}/a")).unwrap();
+    pin(last_cpu());
+    let rounds = 20_000;
+    let runs: Vec<f64> = (0..5).map(|_| ping_pong("a", "a", rounds)).collect();
+    println!("  module not loaded               {:8.0} ns per round trip (median of 5 x {rounds})", median(runs));
+    std::fs::write("/sys/fs/cgroup/cgroup.procs", std::process::id().to_string()).unwrap();
+}
+
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("pong") => return pong(),
         Some("spin") => return spin(),
+        Some("unloaded") => return unloaded(),
         _ => {}
     }
     let dev_path = Path::new(cachescope_kmod::device::DEFAULT_PATH);
