@@ -12,7 +12,7 @@
 #   CACHESCOPE_QEMU_MACHINE  CPU, topology and devices (default "-cpu max -smp 2"), e.g.
 #                            "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M"
 #   CACHESCOPE_QEMU_TCG      options for -accel tcg, e.g. ",thread=single" (one host thread
-#                            for every vCPU: the module's guest test, kmod/README.md says why)
+#                            for every vCPU; kmod/README.md says when that matters)
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")

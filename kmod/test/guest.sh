@@ -55,7 +55,9 @@ cachescope info | grep -i "kmod" | sed 's/^/CS-INFO /'
 mkdir -p /sys/fs/cgroup/ctr/pre
 sh -c 'echo $$ > /sys/fs/cgroup/ctr/pre/cgroup.procs; exec sleep 100' &
 P=$!
-cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 10s \
+# The session lasts until the scenario ends (SIGTERM below): a fixed duration ended it before
+# "extra" stopped on the debug kernel, whose steps take longer than the release monitor's 10 s.
+cachescope monitor --backend kmod --pmu off --containers 'ctr/*' --jsonl --duration 120s \
     >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
 # One session at a time: a second open is refused while the monitor holds the device. Wait
@@ -96,7 +98,10 @@ sleep 1
 kill -9 $E; wait $E 2>/dev/null
 say extra_usage_usec=$(usage extra)
 say idle_usage_usec=$(usage idle)
-# The run ends itself after --duration. One still running 60 s later is stuck (a CI run saw
+# Half a second for the last ticks to reach the monitor, then it ends as on Ctrl-C.
+sleep 0.5
+kill -TERM $CS
+# The run ends on SIGTERM. One still running 60 s later is stuck (a CI run saw
 # that once, under load): say where, its threads' kernel stacks and the blocked tasks, then
 # end it, so that the test fails naming the place.
 alive() { [ "$(awk '/^State:/ { print $2 }' /proc/$1/status 2>/dev/null)" ] && ! grep -q '^State:.*Z' /proc/$1/status; }

@@ -12,6 +12,7 @@
 
 mod common;
 
+use common::rdt::rdt_qemu;
 use common::{guest_results, have, release_bin};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -70,11 +71,13 @@ fn check_kernel(kernel: &str) {
         .arg(release_bin())
         .arg(out.path())
         .env("CACHESCOPE_GUEST_KERNEL", if kernel == "default" { "" } else { kernel })
-        // One host thread for both vCPUs: the module's probes patch the kernel's text when they
-        // register and unregister, and Debian's QEMU 7.2 with a thread per vCPU now and then
-        // leaves a vCPU trapping on a stale translation of the patched site for good (the
-        // guest freezes; kmod/test/patch-stress.sh reproduces it, kmod/README.md says more).
-        .env("CACHESCOPE_QEMU_TCG", ",thread=single")
+        // The RDT machine's QEMU (10.2.2; its device is not asked for here), not Debian's 7.2:
+        // the module's probes patch the kernel's text when they register and unregister, and
+        // 7.2 with a thread per vCPU now and then leaves a vCPU trapping on a stale translation
+        // of the patched site for good, and the guest freezes (kmod/test/patch-stress.sh
+        // reproduces it; kmod/README.md has the figures). One TCG thread for both vCPUs avoids
+        // it too, but made the debug kernel's guest too slow for its sessions.
+        .env("CACHESCOPE_QEMU", rdt_qemu())
         // KASAN and lockdep make every allocation and lock several times slower under TCG.
         .env("CACHESCOPE_QEMU_TIMEOUT", if kernel == "debug" { "900" } else { "300" })
         .output()
@@ -136,8 +139,11 @@ fn check_kernel(kernel: &str) {
     // TCG stretches when the host is busy (seen: +0.2 % on an idle host, +0.0 to +1.8 % with
     // three busy loops beside the guest on this 2-CPU host; a CI run on a loaded host failed
     // this test with a message its log did not keep, hence the shorter output above).
-    // -5/+8 % on the debug kernel, whose instrumented path is longer (seen: +0.8 to +3.1 %).
-    let within = if kernel == "debug" { 0.95..=1.08 } else { 0.98..=1.05 };
+    // -5/+15 % on the debug kernel, whose instrumented path is longer: seen +0.8 to +3.1 %
+    // with a debug build of cachescope in the guest, +2.7 to +8.1 % with the release build,
+    // which reads the ring far more often (more switches on the busy CPU, each charging the
+    // leaving task the path from its last CPU-time update to the probe).
+    let within = if kernel == "debug" { 0.95..=1.15 } else { 0.98..=1.05 };
     for name in ["busy", "extra"] {
         let want = num(&format!("{name}_usage_usec")) * 1000;
         let got = sum(name, "mbm_total_bytes");
