@@ -2,7 +2,7 @@
 /* cachescope: the probes, a session's start and stop, and CPU hotplug. */
 #include "cs_internal.h"
 
-/* ---- probes (for the module's life) and a session's timers ---- */
+/* ---- probes (from the first session until unload) and a session's timers ---- */
 
 struct cs_tp {
 	const char *name;

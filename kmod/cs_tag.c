@@ -56,7 +56,7 @@ void cs_probe_switch(void *data, bool preempt, struct task_struct *prev,
 {
 	struct cs_cpu *c = this_cpu_ptr(&cs_cpu);
 
-	/* Registered for the module's life: nothing outside a session (cs_start, cs_stop). */
+	/* Registered from the first session until unload: nothing outside one (cs_start, cs_stop). */
 	if (unlikely(!READ_ONCE(cs.running)))
 		return;
 	c->switches++;
@@ -98,7 +98,7 @@ void cs_probe_mkdir(void *data, struct cgroup *cgrp, const char *path)
 	u64 now = ktime_get_ns();
 	struct cs_cg *p;
 	unsigned long flags;
-	bool match;
+	bool match, running;
 
 	if (!READ_ONCE(cs.running) || cgrp->root != &cgrp_dfl_root || !parent)
 		return;
@@ -108,8 +108,9 @@ void cs_probe_mkdir(void *data, struct cgroup *cgrp, const char *path)
 	rcu_read_unlock();
 	raw_spin_lock_irqsave(&cs_lock, flags);
 	/* Again under the lock: cs_stop empties the table under it after running goes off. */
-	p = READ_ONCE(cs.running) ? cs_find(cgroup_id(parent)) : NULL;
-	match = match && READ_ONCE(cs.running);
+	running = READ_ONCE(cs.running);
+	p = running ? cs_find(cgroup_id(parent)) : NULL;
+	match = match && running;
 	if (p) {
 		struct cs_cg *owner = p->owner == p->id ? p : cs_find(p->owner);
 

@@ -10,8 +10,8 @@
 //!    draining every 50 ms into a sink that drops rows, its CPU as a share of one core.
 //!
 //! `kmod_bench` (the module loaded, emu_rmids >= 18 when emulating); `kmod_bench unloaded`:
-//! the ping-pong of 1. alone, run with the module not loaded (its probes stay registered
-//! while it is loaded, so "closed" includes their early return).
+//! the ping-pong of 1. alone, run with the module not loaded (its probes stay registered from
+//! the first open until unload, so "closed" after the first round includes their early return).
 
 #![allow(clippy::unwrap_used)] // a benchmark: a panic is the report
 
