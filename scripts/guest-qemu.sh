@@ -16,6 +16,8 @@
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
+#   CACHESCOPE_QEMU_TREE     directories copied as they are into the guest's root ("dir ..."):
+#                            programs that bring their own libraries (scripts/debian-crun.sh)
 #   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while); =PATH: that module, built
 #                            elsewhere (the DKMS package's, scripts/package-check.sh)
 #   CACHESCOPE_GUEST_KERNEL  another Debian kernel than this release's default, as
@@ -64,6 +66,7 @@ for lib in $(ldd "$bin" ${CACHESCOPE_QEMU_EXTRA:-} 2>/dev/null | awk '$2 == "=>"
   mkdir -p "$root$(dirname "$lib")"
   cp -L "$lib" "$root$lib"
 done
+for tree in ${CACHESCOPE_QEMU_TREE:-}; do cp -a "$tree/." "$root/"; done
 [ -e "$out/cachescope.ko" ] && cp "$out/cachescope.ko" "$root/cachescope.ko"
 # The kernel's own modules scripts/debian-kernel.sh kept (msr.ko), in /modules.
 mods=$(dirname "$vmlinuz")/modules-$(basename "$vmlinuz" | sed 's/^vmlinuz-//')

@@ -110,6 +110,8 @@ fn the_device_refuses_what_it_cannot_model() {
         ("-cpu EPYC-Rome -device rdt,snc=2", "snc (sub-NUMA clustering) needs an Intel -cpu"),
         ("-cpu Skylake-Server -smp 2 -device rdt,snc=2", "snc=2 needs NUMA nodes"),
         ("-cpu Skylake-Server -device rdt,snc=5", "snc 5 is not in 1..6 or does not divide rmids"),
+        ("-cpu EPYC-Rome -device rdt,closids=17", "closids 17 is not in 0..16"),
+        ("-cpu Skylake-Server -device rdt,closids=4,llc-ways=64,llc-size=4M", "llc-ways 64 is over 32"),
     ] {
         let out = std::process::Command::new(&qemu)
             .args(["-accel", "tcg", "-nographic", "-nodefaults", "-monitor", "none", "-S"])
@@ -293,6 +295,62 @@ fn cachescope_reads_other_owners_groups_and_removes_its_orphans() {
         assert!(((got - LLC / 4) as f64 / (LLC / 4) as f64).abs() <= 0.10, "{got} B for {} B", LLC / 4);
         assert!((got - reference).abs() <= LLC / 50, "{got} B against the group's own {reference} B");
     }
+}
+
+/// Cache allocation on the device, then a runtime's own groups: `-device rdt,closids=4` on 7.2.
+/// The kernel finds CAT (4 classes, 16-bit masks); a CTRL_MON group allowed 2 of 16 ways, running
+/// a workload of half the LLC, holds an eighth of it (± 10 %), as the kernel reads it. Then a
+/// container run by Debian unstable's crun with the OCI spec's `linux.intelRdt.enableMonitoring`
+/// (Debian's runc, this release's and unstable's, does not have it): crun makes a CTRL_MON group
+/// and a MON group in it, named after the container, before the container runs. cachescope's
+/// resctrl backend, already running, reads that group (W ± 10 %, within 2 % of the group's own
+/// file), lists it as another owner's in `info`, leaves it as found, and makes none of its own
+/// for that container; crun removes it when the container goes.
+#[test]
+fn a_group_crun_made_is_read_and_left_to_crun() {
+    let Some((qemu, dir, work)) = device_machine("crun's groups on the device's cache allocation") else { return };
+    let amd = format!("-cpu EPYC-Rome -smp 2,sockets=2 {DEVICE},closids=4");
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &amd, append: "cs_mode=crun", kmod: false };
+    let out = dir.path().join("crun");
+    let r = boot(&qemu, &work, &g, &out);
+    assert_eq!((r["num_closids"].as_str(), r["cbm_mask"].as_str()), ("4", "ffff"), "the kernel finds the device's CAT");
+    assert_eq!((num(&r, "mkdir_small"), num(&r, "schemata_small")), (0, 0));
+    // The kernel prints the masks as written ("3"; on Intel padded, "0003").
+    let masks: Vec<u64> = r["small_schemata"]
+        .trim_start_matches("L3:")
+        .split(';')
+        .map(|d| u64::from_str_radix(d.split_once('=').map_or("", |x| x.1), 16).unwrap_or(0))
+        .collect();
+    assert_eq!(masks, [3, 3], "schemata: {}", r["small_schemata"]);
+    let small = num(&r, "small_occ");
+    println!("2 of 16 ways, a workload of {} B: the kernel reads {small} B (an eighth: {} B)", LLC / 2, LLC / 8);
+    assert!(((small - LLC / 8) as f64 / (LLC / 8) as f64).abs() <= 0.10, "{small} B in 2 of 16 ways");
+
+    println!("{}: the container's group {}; groups {}", r["crun_version"], r["crun_group"], r["groups"]);
+    assert!(r["crun_version"].starts_with("crun version"), "{}", r["crun_version"]);
+    assert_eq!(r["crun_affinity"], "1", "the container on CPU 0 (it pins itself)");
+    assert!(r["crun_group"].contains("mon_groups/") && !r["crun_group"].contains("cachescope-"), "{}", r["crun_group"]);
+    assert_eq!(num(&r, "monitor_exit"), 0);
+    assert!(r["info_others"].contains(&r["crun_group"]), "info: {}", r["info_others"]);
+    assert_eq!((num(&r, "crun_group_kept"), num(&r, "crun_task_kept")), (1, 1), "crun's group as found");
+    assert_eq!(num(&r, "ours_for_crun"), 0, "no group of cachescope's for crun's container");
+    assert_eq!(num(&r, "ours_left"), 0);
+    assert_eq!(num(&r, "crun_group_gone"), 1, "crun removes its group with the container");
+    let settled = num(&r, "settled") * 1_000_000_000;
+    let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect();
+    let occ: Vec<i64> = rows
+        .iter()
+        .filter(|x| x["cgroup_path"] == "ctr/crunned" && x["domain"] == 0 && x["time_ns"].as_i64().unwrap() >= settled)
+        .filter_map(|x| x["llc_occupancy_bytes"].as_i64())
+        .collect();
+    let got = *occ.last().expect("settled rows of crun's container");
+    let reference = num(&r, "ref_crun");
+    println!("crun's container reads {got} B; its group {reference} B; W {}", LLC / 4);
+    assert!(((got - LLC / 4) as f64 / (LLC / 4) as f64).abs() <= 0.10, "{got} B for {} B", LLC / 4);
+    assert!((got - reference).abs() <= LLC / 50, "{got} B against the group's own {reference} B");
+    assert_eq!(num(&r, "splats"), 0);
 }
 
 /// From the first instruction without the module: a container (Debian's runc) that fills a

@@ -147,6 +147,8 @@ fn ctrl_mon_groups_and_task_rules() {
     assert_eq!(read(&mut st, "info/last_cmd_status"), "Can't move task to different control group\n");
     st.write_file(path_ino(&st, "gold/tasks"), b"101", 1).unwrap();
     st.write_file(path_ino(&st, "gold/mon_groups/m/tasks"), b"101", 1).unwrap();
+    assert_eq!(read(&mut st, "gold/mon_groups/m/tasks"), "101\n");
+    assert_eq!(read(&mut st, "gold/tasks"), "101\n", "a CTRL_MON group lists its MON groups' tasks");
     assert_eq!(st.mkdir(path_ino(&st, "info"), "x"), Err(libc::EPERM));
     // Removing the CTRL_MON group takes its MON groups along and frees both RMIDs.
     st.rmdir(state::ROOT_INO, "gold").unwrap();

@@ -50,6 +50,9 @@ pub struct SessionStats {
     /// Containers whose MON group another owner made (runc, an NRI plugin): read, never
     /// changed or removed.
     pub foreign: u64,
+    /// Of those, containers we had tagged first (the tagger or a hook won the race with the
+    /// runtime's own group): our group removed once empty, the runtime's read instead.
+    pub yielded: u64,
 }
 
 struct Managed {
@@ -197,6 +200,14 @@ impl ContainerGroups {
         // plugin): read that one, leave it to its owner.
         if let Some(name) = mon.filter(|n| crate::id_of_group(n).is_none()) {
             self.stats.foreign += 1;
+            // The tagger may have made ours before the runtime moved the container into its
+            // own (crun does, after the cgroup is populated): ours goes once it is empty.
+            if let Ok(g) = crate::group_name(id).map(|name| GroupRef { ctrl: String::new(), name }) {
+                if self.rc.group_tasks(&g).is_ok_and(|t| t.is_empty()) {
+                    self.rc.remove_group(&g)?;
+                    self.stats.yielded += 1;
+                }
+            }
             self.track(c, GroupRef { ctrl, name }, true);
             return Ok(None);
         }
@@ -289,6 +300,21 @@ impl ContainerGroups {
         Ok(())
     }
 
+    /// Container `id`, tracked in our group `ours`, now empty, is read from `theirs` from now
+    /// on; ours is removed. Call under the lock.
+    fn yield_to_owner(&mut self, id: &str, ours: &GroupRef, theirs: GroupRef) {
+        let Some(meta) = self.groups.get(id).map(|m| m.meta.clone()) else { return };
+        if self.rc.remove_group(ours).is_err() {
+            return;
+        }
+        if let Some(c) = self.counters.as_mut() {
+            c.held.remove(id);
+        }
+        self.stats.yielded += 1;
+        self.stats.foreign += 1;
+        self.track(&Container { meta, ..Default::default() }, theirs, true);
+    }
+
     /// Threads that joined a container's cgroup from outside (`docker exec`, `nsenter`, a
     /// process manager moving pids) do not inherit its group the way forks do: move them in.
     fn resync_tasks(&mut self, src: &dyn ContainerSource) {
@@ -300,6 +326,19 @@ impl ContainerGroups {
             .collect();
         let Ok(_lock) = self.rc.lock() else { return };
         for (id, g) in live {
+            let (Ok(have), Ok(threads)) = (self.rc.group_tasks(&g), src.threads(&id)) else { continue };
+            let Some(&stray) = threads.iter().find(|t| !have.contains(t)) else { continue };
+            // A runtime that put the container in a MON group of its own after we made ours
+            // (crun's enableMonitoring after the tagger, an NRI plugin): moving the threads back
+            // would fight it. Its group wins once ours is empty (forks inherit theirs).
+            if let (ctrl, Some(name)) = self.rc.groups_of_thread(stray) {
+                if crate::id_of_group(&name).is_none() {
+                    if have.is_empty() {
+                        self.yield_to_owner(&id, &g, GroupRef { ctrl, name });
+                    }
+                    continue;
+                }
+            }
             let mut list = || src.threads(&id);
             if let Ok(a) = self.rc.assign_missing(&g, &mut list) {
                 self.stats.threads_moved += a.moved as u64;
@@ -516,7 +555,10 @@ impl CacheBackend for ContainerGroups {
             ));
         }
         if st.foreign > 0 {
-            out.push(format!("containers in another owner's group (read, left as found): {}", st.foreign));
+            out.push(format!(
+                "containers in another owner's group (read, left as found): {} ({} after we had tagged them: ours removed)",
+                st.foreign, st.yielded
+            ));
         }
         if st.adopted + st.leftovers_removed > 0 {
             out.push(format!(

@@ -473,6 +473,37 @@ fn young_containers_are_tagged_at_their_first_thread() {
     drop(tagger);
 }
 
+/// A runtime that moves a container into a group of its own after we tagged it (crun's
+/// enableMonitoring does, after the tagger saw the cgroup populated): its group wins once ours
+/// is empty (ours removed, theirs read, nothing moved back); while some of the container is
+/// still in ours, nothing is moved either way.
+#[test]
+fn a_runtimes_own_group_made_after_ours_wins_without_a_fight() {
+    let Some(m) = mount(Options::default()) else { return };
+    let root = m.root();
+    let rc = Resctrl::at(root);
+    let mut s = Run::new(rc.clone());
+    let src = Fake::with(&[("web", vec![101]), ("db", vec![102, 103])]);
+    assert!(s.start("web", &src, Duration::ZERO) && s.start("db", &src, Duration::ZERO));
+    // crun: a CTRL_MON group named after the container, a MON group in it, the pid into both.
+    for (c, tid) in [("web", "101"), ("db", "102")] {
+        std::fs::create_dir_all(root.join(format!("{c}/mon_groups/{c}"))).unwrap();
+        std::fs::write(root.join(format!("{c}/tasks")), tid).unwrap();
+        std::fs::write(root.join(format!("{c}/mon_groups/{c}/tasks")), tid).unwrap();
+    }
+    s.maintain(&src, Duration::ZERO);
+    assert!(!root.join("mon_groups/cachescope-web").exists(), "ours, emptied by the runtime, is removed");
+    assert_eq!(std::fs::read_to_string(root.join("web/mon_groups/web/tasks")).unwrap(), "101\n", "nothing moved back");
+    assert_eq!(std::fs::read_to_string(root.join("db/mon_groups/db/tasks")).unwrap(), "102\n", "nor here");
+    assert_eq!(std::fs::read_to_string(root.join("mon_groups/cachescope-db/tasks")).unwrap(), "103\n");
+    assert_eq!((s.s.stats().yielded, s.s.stats().foreign), (1, 1));
+    let rows = s.sample();
+    assert!(rows.iter().any(|r| r.container.id == "web"), "the container is read from the runtime's group");
+    s.slots.stop_all(&mut s.s, Duration::ZERO).unwrap();
+    assert!(root.join("web/mon_groups/web").is_dir(), "the runtime's group is left to it");
+    assert!(!root.join("mon_groups/cachescope-db").exists());
+}
+
 /// The mount going away under a run is `Gone` (the CLI's exit 3), never one container's
 /// trouble (which would only make that container wait).
 #[test]

@@ -11,6 +11,8 @@
 #   assign (-device rdt,mbm-counters=32): cachescope assigning the counters (below).
 #   snc_backend (as snc): cachescope's resctrl backend with a node per domain (below).
 #   share: another owner's group and a crashed run's orphan (below).
+#   crun  (-device rdt,closids=N): the kernel's cache allocation on the device, then a container
+#         whose groups crun made (the OCI spec's enableMonitoring; below).
 #   hook: a container's first 50 ms, tagged by cachescope's watcher (its tagger) and by its OCI hook (below).
 . "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
@@ -271,6 +273,83 @@ if [ "${cs_mode:-}" = share ]; then
   say runc_task_kept="$(grep -cx "$PO" $R/mon_groups/runc-owned/tasks)"
   say ours_left="$(ls $R/mon_groups | grep -c '^cachescope-')"
   kill $PO
+  the_end
+fi
+# cs_mode=crun: first the device's cache allocation as the kernel drives it: a CTRL_MON group
+# whose schemata allows 2 of the 16 ways, running a workload of half the LLC, holds an eighth of
+# it. Then a container run by Debian unstable's crun (scripts/debian-crun.sh, in /opt/crun) whose
+# OCI spec asks for linux.intelRdt.enableMonitoring: crun makes a CTRL_MON group named after the
+# container (no closID in the spec) and a MON group in it, and puts the container's first
+# process there before it runs. cachescope's resctrl backend, already running, reads that group
+# and leaves it as found; crun removes both when the container goes. crun does not keep the
+# affinity it was started with (taskset): the container pins itself to CPU 0 (busybox taskset,
+# which execs the workload: the same process).
+if [ "${cs_mode:-}" = crun ]; then
+  say num_closids="$(cat $R/info/L3/num_closids 2>/dev/null || echo none)"
+  say cbm_mask="$(cat $R/info/L3/cbm_mask 2>/dev/null || echo none)"
+  mkdir $R/small
+  say mkdir_small=$?
+  echo "L3:0=3;1=3" >$R/small/schemata
+  say schemata_small=$?
+  say small_schemata="$(grep L3 $R/small/schemata | tr -d ' ')"
+  taskset 0x1 sh -c "echo \$\$ > $R/small/tasks && exec env RDT_WORK_STOP=1 rdt-work touch $((LLC / 2)) 120" >/tmp/small.out 2>&1 &
+  PS=$!
+  settle small $PS
+  sleep 1
+  say small_occ="$(cat $R/small/mon_data/mon_L3_00/llc_occupancy)"
+  kill $PS
+  wait $PS 2>/dev/null
+  rmdir $R/small
+  C=crunned b=/tmp/bundle-crunned
+  mkdir -p $b/rootfs/bin $b/rootfs/proc $b/rootfs/dev /sys/fs/cgroup/ctr
+  cp /bin/rdt-work /bin/busybox $b/rootfs/bin/
+  cat >$b/config.json <<JSON
+{"ociVersion": "1.0.2",
+ "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "cwd": "/",
+   "env": ["PATH=/bin", "RDT_WORK_STOP=1"],
+   "args": ["/bin/busybox", "taskset", "0x1", "/bin/rdt-work", "touch", "$((LLC / 4))", "120"]},
+ "root": {"path": "rootfs"},
+ "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+ "linux": {"cgroupsPath": "/ctr/$C", "intelRdt": {"enableMonitoring": true},
+   "namespaces": [{"type": "mount"}]}}
+JSON
+  say crun_version="$(/opt/crun/bin/crun --version | head -1)"
+  cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 250ms \
+    --jsonl >/tmp/rows.jsonl 2>/tmp/err.txt &
+  CS=$!
+  sleep 2
+  taskset 0x1 /opt/crun/bin/crun --root /tmp/crun run --no-pivot -b $b $C >/tmp/$C.out 2>&1 &
+  RUN=$!
+  wait_for $C allocated
+  PC=$(head -1 /sys/fs/cgroup/ctr/$C/cgroup.procs)
+  G=$(grep -lx "$PC" $R/mon_groups/*/tasks $R/*/mon_groups/*/tasks 2>/dev/null | head -1)
+  G=${G%/tasks}
+  say crun_group="${G#"$R"/}"
+  say groups="$(cd $R && ls -d mon_groups/* */mon_groups/* 2>/dev/null | tr '\n' ' ')"
+  say proc_resctrl="$(tr '\n' ' ' </proc/$PC/resctrl 2>/dev/null)"
+  say crun_affinity="$(taskset -p "$PC" | sed 's/.*: //')"
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
+  wait_for flush ready
+  kill -CONT "$PC"
+  wait_for $C ready
+  sleep 2
+  say settled="$(date +%s)"
+  say ref_crun="$(cat "$G/mon_data/mon_L3_00/llc_occupancy")"
+  cachescope info >/tmp/info.txt 2>&1
+  say info_others="$(grep -o "other owners' groups hold [0-9]* RMIDs: [^;]*" /tmp/info.txt | head -1)"
+  say ours_for_crun="$(ls -d $R/mon_groups/cachescope-ctr_$C-* $R/*/mon_groups/cachescope-ctr_$C-* 2>/dev/null | wc -l)"
+  sleep 1
+  kill -INT $CS
+  wait $CS
+  say monitor_exit=$?
+  say crun_group_kept="$([ -d "$G" ] && echo 1 || echo 0)"
+  say crun_task_kept="$(grep -cx "$PC" "$G/tasks")"
+  say ours_left="$(ls -d $R/mon_groups/cachescope-* $R/*/mon_groups/cachescope-* 2>/dev/null | wc -l)"
+  kill "$PC"
+  wait $RUN
+  say crun_exit=$?
+  sed "s/^/CS-STDERR crun: /" /tmp/$C.out
+  say crun_group_gone="$([ -d "$G" ] && echo 0 || echo 1)"
   the_end
 fi
 # cs_mode=hook: a container (runc, pinned to CPU 0) that fills a quarter of the LLC in its

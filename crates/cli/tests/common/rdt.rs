@@ -152,6 +152,13 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
         extra.push(" ");
         extra.push(which("runc"));
     }
+    // The crun test carries Debian unstable's crun, with the libraries it loads, in /opt/crun.
+    let mut tree = String::new();
+    if g.append.split_whitespace().any(|w| w == "cs_mode=crun") {
+        let out = Command::new(root().join("scripts/debian-crun.sh")).output().unwrap();
+        assert!(out.status.success(), "scripts/debian-crun.sh: {}", String::from_utf8_lossy(&out.stderr));
+        tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    }
     let said = if on_host() {
         let said = run_on_host(work, g, out);
         println!("== this host: {} {append}\n{said}", g.script);
@@ -172,6 +179,7 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
                 .env("CACHESCOPE_QEMU_MACHINE", machine)
                 .env("CACHESCOPE_QEMU_APPEND", append)
                 .env("CACHESCOPE_QEMU_EXTRA", &extra)
+                .env("CACHESCOPE_QEMU_TREE", &tree)
                 .env("CACHESCOPE_GUEST_KMOD", if g.kmod { "1" } else { "0" })
                 .env("CACHESCOPE_GUEST_KERNEL", kernel)
                 .output()

@@ -20,7 +20,12 @@ impl State {
             Kind::NumCntrs => per_dom(vec![self.opts.mbm_counters.unwrap_or(0); self.domain_ids.len()]),
             Kind::AvailCntrs => per_dom(self.counters_free.clone()),
             Kind::Tasks(gid) => {
-                let mut t: Vec<u32> = self.tasks.iter().filter(|(_, g)| **g == gid).map(|(t, _)| *t).collect();
+                // A CTRL_MON group lists its MON groups' tasks too (they carry its CLOSID), as
+                // the kernel does; the default group lists only what was written to it (the
+                // kernel would list every thread of the host).
+                let ctrl = gid != DEFAULT_GROUP && self.groups.get(&gid).is_some_and(|g| g.ctrl == gid);
+                let of = |g: Gid| g == gid || (ctrl && self.groups.get(&g).is_some_and(|x| x.ctrl == gid));
+                let mut t: Vec<u32> = self.tasks.iter().filter(|(_, g)| of(**g)).map(|(t, _)| *t).collect();
                 t.retain(|tid| (self.resolver)(*tid) != TaskLookup::Missing);
                 t.sort_unstable();
                 t.iter().map(|x| format!("{x}\n")).collect()

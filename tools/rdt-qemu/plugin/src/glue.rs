@@ -152,14 +152,19 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
     // SAFETY: info is this callback's argument.
     let (shift, store) = unsafe { (qemu_plugin_mem_size_shift(info), qemu_plugin_mem_is_store(info)) };
     let v = vcpu as usize;
-    // SAFETY: both arrays hold nr_vcpus u32s and v is below it; vcpu_rmid is written
-    // atomically by the vCPU's own thread (this one) in wrmsr.
-    let (domain, rmid) = unsafe {
-        (*m.link.vcpu_domain.add(v), AtomicU32::from_ptr(m.link.vcpu_rmid.add(v).cast_mut()).load(Ordering::Relaxed))
+    // SAFETY: the three arrays hold nr_vcpus entries and v is below it; vcpu_rmid is written
+    // atomically by the vCPU's own thread (this one) in wrmsr, vcpu_cbm atomically by wrmsr on
+    // any vCPU of the domain (a mask MSR) or this one (PQR_ASSOC).
+    let (domain, rmid, cbm) = unsafe {
+        (
+            *m.link.vcpu_domain.add(v),
+            AtomicU32::from_ptr(m.link.vcpu_rmid.add(v).cast_mut()).load(Ordering::Relaxed),
+            AtomicU64::from_ptr(m.link.vcpu_cbm.add(v).cast_mut()).load(Ordering::Relaxed),
+        )
     };
     let (Some(cache), Ok(rmid)) = (m.domains.get(domain as usize), u16::try_from(rmid)) else { return };
     let mut sink = Counters { link: m.link, base: domain as usize * m.link.nr_rmids as usize };
-    cache.with(|c| c.access(addr, 1u64 << shift.min(6), store, rmid, &mut sink));
+    cache.with(|c| c.access(addr, 1u64 << shift.min(6), store, rmid, cbm, &mut sink));
 }
 
 unsafe extern "C" fn on_translate(_: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {

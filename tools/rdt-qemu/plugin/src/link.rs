@@ -1,8 +1,8 @@
 //! The device's shared state, mirrored from the patch's include/hw/i386/rdt-link.h
-//! (`struct qemu_rdt_link`, version 1). Field order, types and padding must match.
+//! (`struct qemu_rdt_link`, version 2). Field order, types and padding must match.
 
-/// The layout version this plugin speaks.
-pub const VERSION: u32 = 1;
+/// The layout version this plugin speaks (2: `vcpu_cbm`, cache allocation).
+pub const VERSION: u32 = 2;
 
 #[repr(C)]
 pub struct RdtLink {
@@ -23,6 +23,9 @@ pub struct RdtLink {
     pub lines: *mut u64,
     pub fill_bytes: *mut u64,
     pub wb_bytes: *mut u64,
+    /// The capacity bitmask each vCPU's class of service may fill (all ones without cache
+    /// allocation; read atomically).
+    pub vcpu_cbm: *const u64,
 }
 
 #[cfg(test)]
@@ -37,6 +40,7 @@ mod tests {
         assert_eq!(offset_of!(RdtLink, active), 32);
         assert_eq!(offset_of!(RdtLink, vcpu_domain), 40);
         assert_eq!(offset_of!(RdtLink, wb_bytes), 72);
-        assert_eq!(size_of::<RdtLink>(), 80);
+        assert_eq!(offset_of!(RdtLink, vcpu_cbm), 80);
+        assert_eq!(size_of::<RdtLink>(), 88);
     }
 }

@@ -7,7 +7,11 @@
 //! - a hit keeps the line's owner (occupancy belongs to whoever brought the line in, as on
 //!   Intel's CMT), and a store makes the line dirty;
 //! - an eviction takes the line from its owner's occupancy and, when dirty, writes it back:
-//!   `written_back(owner, line)`.
+//!   `written_back(owner, line)`;
+//! - cache allocation (CAT): a miss fills only a way its class's capacity bitmask allows (bit i:
+//!   way i), the victim being the least recently used of those; a hit finds a line in any way.
+//!   A class whose mask allows no way (AMD permits an empty mask) does not allocate: its misses
+//!   go to memory, loads charged as `filled`, stores as `written_back`, and nothing is held.
 //!
 //! Not modelled: private L1/L2 caches in front (every access reaches this cache), prefetchers,
 //! instruction fetches, non-inclusive victim caches, hashed set indexing, timing.
@@ -90,16 +94,19 @@ impl Llc {
         })
     }
 
-    /// An access of `size` bytes at physical address `addr` by `rmid`: every line it touches.
-    pub fn access(&mut self, addr: u64, size: u64, store: bool, rmid: u16, sink: &mut impl Sink) {
+    /// An access of `size` bytes at physical address `addr` by `rmid`, whose class of service
+    /// may fill the ways set in `cbm` (u64::MAX: all): every line it touches.
+    pub fn access(&mut self, addr: u64, size: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) {
         let first = addr >> self.line_shift;
         let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
+        let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
+        let cbm = cbm & all;
         for line in first..=last {
-            self.touch(line, store, rmid, sink);
+            self.touch(line, store, rmid, cbm, sink);
         }
     }
 
-    fn touch(&mut self, line: u64, store: bool, rmid: u16, sink: &mut impl Sink) {
+    fn touch(&mut self, line: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) {
         self.clock += 1;
         // The set index fits in usize: sets <= lines, which new() checked.
         let base = (line % self.sets) as usize * self.ways;
@@ -109,11 +116,22 @@ impl Llc {
             self.dirty[i] |= store;
             return;
         }
-        // Miss: an invalid way, else the least recently used.
+        if cbm == 0 {
+            if store {
+                sink.written_back(rmid, self.line_size);
+            } else {
+                sink.filled(rmid, self.line_size);
+            }
+            return;
+        }
+        // Miss: an invalid way the class may fill, else the least recently used of those. Ways
+        // past the 64th (only where a cache has more) are always allowed.
+        let allowed = |i: &usize| i - base >= 64 || cbm >> (i - base) & 1 == 1;
         let victim = ways
             .clone()
+            .filter(allowed)
             .find(|&i| self.tag[i] == INVALID)
-            .or_else(|| ways.min_by_key(|&i| self.used[i]))
+            .or_else(|| ways.filter(allowed).min_by_key(|&i| self.used[i]))
             .unwrap_or(base);
         if self.tag[victim] != INVALID {
             let old = self.owner[victim];
@@ -188,7 +206,14 @@ mod tests {
     /// Touches every line of [base, base + bytes) once, in order.
     fn sweep(c: &mut Llc, t: &mut Tally, base: u64, bytes: u64, store: bool, rmid: u16) {
         for a in (base..base + bytes).step_by(64) {
-            c.access(a, 8, store, rmid, t);
+            c.access(a, 8, store, rmid, u64::MAX, t);
+        }
+    }
+
+    /// As [`sweep`], for a class of service that may fill the ways in `cbm`.
+    fn sweep_cbm(c: &mut Llc, t: &mut Tally, base: u64, bytes: u64, rmid: u16, cbm: u64) {
+        for a in (base..base + bytes).step_by(64) {
+            c.access(a, 8, false, rmid, cbm, t);
         }
     }
 
@@ -243,10 +268,40 @@ mod tests {
     fn an_access_across_a_line_boundary_touches_both_lines() {
         let mut c = llc(64 * KIB, 4);
         let mut t = Tally::new(1);
-        c.access(60, 8, false, 0, &mut t);
+        c.access(60, 8, false, 0, u64::MAX, &mut t);
         assert_eq!(t.lines[0], 2);
-        c.access(u64::MAX - 3, 8, false, 0, &mut t);
+        c.access(u64::MAX - 3, 8, false, 0, u64::MAX, &mut t);
         assert_eq!(t.lines[0], 3, "an access at the top of the address space does not wrap");
+    }
+
+    #[test]
+    fn a_class_fills_only_its_ways_so_a_thrasher_confined_to_a_quarter_leaves_the_rest() {
+        let mut c = llc(512 * KIB, 16);
+        let mut t = Tally::new(3);
+        // RMID 1 may fill ways 0-11, the thrasher (RMID 2) ways 12-15: a quarter of the cache.
+        sweep_cbm(&mut c, &mut t, 0, 256 * KIB, 1, 0x0fff);
+        sweep_cbm(&mut c, &mut t, 64 << 20, 2048 * KIB, 2, 0xf000);
+        assert_eq!(t.lines[1] as u64 * 64, 256 * KIB, "nothing of the confined thrasher's reached 1's ways");
+        assert_eq!(t.lines[2] as u64 * 64, 128 * KIB, "the thrasher holds its four ways of 16");
+        // A class confined to fewer ways than its working set needs misses again on a second pass.
+        let before = t.filled[1];
+        sweep_cbm(&mut c, &mut t, 0, 256 * KIB, 1, 0x000f);
+        assert_eq!(t.filled[1], before, "hits find its lines in any way");
+        sweep_cbm(&mut c, &mut t, 1 << 30, 256 * KIB, 1, 0x000f);
+        assert_eq!(t.lines[1] as u64 * 64, 256 * KIB, "the new lines replaced its own, in ways 0-3");
+        assert_eq!(t.lines[2] as u64 * 64, 128 * KIB, "and none of the thrasher's");
+    }
+
+    #[test]
+    fn a_class_with_no_ways_allocates_nothing_and_reads_memory_every_time() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(2);
+        sweep_cbm(&mut c, &mut t, 0, 16 * KIB, 1, 0xf0);
+        sweep_cbm(&mut c, &mut t, 0, 16 * KIB, 1, 0xf0);
+        assert_eq!(t.lines[1], 0);
+        assert_eq!(t.filled[1], 32 * KIB, "both passes missed");
+        c.access(1 << 20, 8, true, 1, 0, &mut t);
+        assert_eq!((t.lines[1], t.written_back[1]), (0, 64), "a store goes to memory");
     }
 
     #[test]
@@ -269,12 +324,12 @@ mod tests {
         /// exceeds the cache, and every line filled is either held or was evicted.
         #[test]
         fn occupancy_is_conserved(
-            ops in proptest::collection::vec((0u64..1 << 20, 1u64..64, any::<bool>(), 0u16..4), 1..2000)
+            ops in proptest::collection::vec((0u64..1 << 20, 1u64..64, any::<bool>(), 0u16..4, 0u64..16), 1..2000)
         ) {
             let mut c = llc(16 * KIB, 4);
             let mut t = Tally::new(4);
-            for (addr, size, store, rmid) in ops {
-                c.access(addr, size, store, rmid, &mut t);
+            for (addr, size, store, rmid, cbm) in ops {
+                c.access(addr, size, store, rmid, cbm, &mut t);
             }
             let held = c.lines_by_rmid(4);
             let all_filled: u64 = t.filled.iter().sum();
