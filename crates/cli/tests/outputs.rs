@@ -212,3 +212,20 @@ fn the_oci_hook_exits_0_unless_its_input_is_not_an_oci_state() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("pid 1:") && stderr(&o).contains("next poll"), "{}", stderr(&o));
 }
+
+/// `cachescope hook nri` without a runtime's socket is exit 3, and a plugin index that is not
+/// two digits exit 2, each with one line naming the culprit (docs/cli.md).
+#[test]
+fn the_nri_plugin_says_what_is_missing_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("nri.sock");
+    let o = bin().args(["hook", "nri", "--socket"]).arg(&sock).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains(&sock.display().to_string()), "{}", stderr(&o));
+    // The index is checked first.
+    let o = bin().args(["hook", "nri", "--plugin-index", "7", "--socket"]).arg(&sock).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--plugin-index") && stderr(&o).contains("\"7\""), "{}", stderr(&o));
+}
