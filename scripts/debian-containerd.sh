@@ -7,16 +7,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}
-apt_dir=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}/apt-unstable
-mkdir -p "$cache" "$(dirname "$apt_dir")"
+mkdir -p "$cache"
 exec 9>"$cache/.containerd.lock"
 flock 9
-# The suite's index is shared with scripts/debian-kernel.sh: take its lock as well.
-exec 8>"$(dirname "$apt_dir")/.lock"
-flock 8
 # shellcheck source=scripts/lib/apt-suite.sh
 . "$here/lib/apt-suite.sh"
-apt_suite "$apt_dir" unstable deb
+apt_unstable
 ver=$(apt-cache "${APT_SUITE_OPTS[@]}" show containerd 2>/dev/null | sed -n 's/^Version: //p' | head -1)
 [ -n "$ver" ] || { echo "debian-containerd: no containerd in unstable" >&2; exit 1; }
 dir=$cache/containerd-$ver

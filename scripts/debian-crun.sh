@@ -8,18 +8,13 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}
-apt_dir=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}/apt-unstable
 mkdir -p "$cache"
 exec 9>"$cache/.crun.lock"
 flock 9
 command -v patchelf >/dev/null || { echo "debian-crun: patchelf is missing (scripts/setup.sh test)" >&2; exit 1; }
-# The suite's index is shared with scripts/debian-kernel.sh: take its lock as well.
-mkdir -p "$(dirname "$apt_dir")"
-exec 8>"$(dirname "$apt_dir")/.lock"
-flock 8
 # shellcheck source=scripts/lib/apt-suite.sh
 . "$here/lib/apt-suite.sh"
-apt_suite "$apt_dir" unstable deb
+apt_unstable
 ver=$(apt-cache "${APT_SUITE_OPTS[@]}" show crun 2>/dev/null | sed -n 's/^Version: //p' | head -1)
 [ -n "$ver" ] || { echo "debian-crun: no crun in unstable" >&2; exit 1; }
 libc=$(apt-cache "${APT_SUITE_OPTS[@]}" show libc6 2>/dev/null | sed -n 's/^Version: //p' | head -1)

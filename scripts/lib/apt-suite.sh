@@ -22,3 +22,14 @@ apt_suite() {
     apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
   fi
 }
+
+# apt_unstable: apt_suite for unstable's packages, in the kernel cache's configuration
+# (scripts/debian-kernel.sh keeps the same one), holding that cache's lock on fd 8 until the
+# calling script exits: two updates of one index at once fail on apt's lock.
+apt_unstable() {
+  local kc=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
+  mkdir -p "$kc"
+  exec 8>"$kc/.lock"
+  flock 8
+  apt_suite "$kc/apt-unstable" unstable deb
+}

@@ -81,15 +81,20 @@ fn containerd(config: &Path) -> Option<Child> {
     Some(child)
 }
 
-fn stop_containerd(mut d: Child) {
+/// SIGTERM, 5 s to exit, then SIGKILL.
+fn stop(mut child: Child) {
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
-    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while d.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = d.kill();
-    let _ = d.wait();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn stop_containerd(d: Child) {
+    stop(d);
     // A socket left behind would make the next dockerd dial it instead of starting its own.
     for f in ["containerd.sock", "containerd.sock.ttrpc"] {
         let _ = std::fs::remove_file(Path::new(SOCKET).with_file_name(f));
@@ -266,16 +271,8 @@ fn the_nri_plugin_is_told_of_each_container_before_its_program_runs() {
         .unwrap();
     let ctr = format!("{} --address {}", bin_dir.join("ctr").display(), sock.display());
     let result = std::panic::catch_unwind(|| nri_case(image, &sock, &ctr, &plugin_log));
-    for mut child in [plugin, daemon] {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    stop(plugin);
+    stop(daemon);
     let said = std::fs::read_to_string(&plugin_log).unwrap_or_default();
     println!("the plugin said:\n{said}");
     if let Err(p) = result {
@@ -300,29 +297,7 @@ fn nri_case(image: &str, sock: &Path, ctr: &str, plugin_log: &Path) {
     let logs = dir.path().join("pods");
     std::fs::create_dir_all(logs.join("app")).unwrap();
     let mut undo = Undo { cri: &cri, pod: None, session: String::new(), recorder: None, uid: uid.clone() };
-    let sandbox = sandbox_config(&uid, &logs);
-    let sc = sandbox.clone();
-    let pod = cri
-        .run("RunPodSandbox", |mut c| async move {
-            c.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sc), runtime_handler: String::new() }).await
-        })
-        .pod_sandbox_id;
-    undo.pod = Some(pod.clone());
-    let config = container_config(&uid, image);
-    let id = cri
-        .run("CreateContainer", |mut c| async move {
-            c.create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: pod,
-                config: Some(config),
-                sandbox_config: Some(sandbox),
-            })
-            .await
-        })
-        .container_id;
-    let cid = id.clone();
-    cri.run("StartContainer", |mut c| async move {
-        c.start_container(cri::StartContainerRequest { container_id: cid }).await
-    });
+    let id = start_pod(&cri, &mut undo, &uid, &logs, image);
     let cid = id.clone();
     let status = cri.run("ContainerStatus", |mut c| async move {
         c.container_status(cri::ContainerStatusRequest { container_id: cid, verbose: false }).await
@@ -375,30 +350,8 @@ fn pod_case(image: &str) {
     let mut undo = Undo { cri: &cri, pod: None, session: session.clone(), recorder: Some(rec), uid: uid.clone() };
     std::thread::sleep(Duration::from_millis(700));
 
-    let sandbox_config = sandbox_config(&uid, &logs);
-    let sc = sandbox_config.clone();
-    let pod = cri
-        .run("RunPodSandbox", |mut c| async move {
-            c.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sc), runtime_handler: String::new() }).await
-        })
-        .pod_sandbox_id;
-    undo.pod = Some(pod.clone());
-    let container_config = container_config(&uid, &img);
-    let (p, sc) = (pod.clone(), sandbox_config.clone());
-    let id = cri
-        .run("CreateContainer", |mut c| async move {
-            c.create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: p,
-                config: Some(container_config),
-                sandbox_config: Some(sc),
-            })
-            .await
-        })
-        .container_id;
-    let cid = id.clone();
-    cri.run("StartContainer", |mut c| async move {
-        c.start_container(cri::StartContainerRequest { container_id: cid }).await
-    });
+    let id = start_pod(&cri, &mut undo, &uid, &logs, &img);
+
     // Until /metrics and the live view name it (a new cgroup is found within an upkeep).
     let deadline = Instant::now() + Duration::from_secs(10);
     let (mut page, mut screen) = (String::new(), String::new());
@@ -523,6 +476,35 @@ fn import_images(cri: &Cri, image: &str, ctr: &str) {
         assert!(Instant::now() < deadline, "the CRI does not see {image}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The pod and its container made and started as a kubelet does; the container's id. The pod
+/// is `undo`'s to remove.
+fn start_pod(cri: &Cri, undo: &mut Undo, uid: &str, logs: &Path, image: &str) -> String {
+    let sandbox = sandbox_config(uid, logs);
+    let sc = sandbox.clone();
+    let pod = cri
+        .run("RunPodSandbox", |mut c| async move {
+            c.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sc), runtime_handler: String::new() }).await
+        })
+        .pod_sandbox_id;
+    undo.pod = Some(pod.clone());
+    let config = container_config(uid, image);
+    let id = cri
+        .run("CreateContainer", |mut c| async move {
+            c.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: pod,
+                config: Some(config),
+                sandbox_config: Some(sandbox),
+            })
+            .await
+        })
+        .container_id;
+    let cid = id.clone();
+    cri.run("StartContainer", |mut c| async move {
+        c.start_container(cri::StartContainerRequest { container_id: cid }).await
+    });
+    id
 }
 
 /// The pod as a kubelet with the cgroupfs driver asks for it.
