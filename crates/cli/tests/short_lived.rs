@@ -27,6 +27,21 @@ struct Truth {
     usage_ns: i64,
     mkdir_ns: i64,
     rmdir_ns: (i64, i64),
+    /// Time the scheduler charged to no task (interrupts, and what the hypervisor stole) on the
+    /// CPUs it could run on while it ran: cpu-clock, which eBPF counts with, includes it while
+    /// the task is current; cpu.stat does not.
+    uncharged_ns: i64,
+}
+
+/// irq + softirq + steal of CPU `cpu` (None: all), in ns so far, from /proc/stat.
+fn uncharged_ns(cpu: Option<usize>) -> i64 {
+    let name = cpu.map_or("cpu".to_string(), |c| format!("cpu{c}"));
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let line = stat.lines().find(|l| l.split_whitespace().next() == Some(name.as_str())).unwrap();
+    let f: Vec<i64> = line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    (f[5] + f[6] + f[7]) * 1_000_000_000 / hz
 }
 
 /// What its rows say.
@@ -77,12 +92,15 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
             if pinned { "taskset -c 1 " } else { "" },
             f64::from(busy_ms) / 1000.0
         );
+        let cpu = pinned.then_some(1);
+        let uncharged = uncharged_ns(cpu);
         let st = Command::new("sh").args(["-c", &script]).status().unwrap();
+        let uncharged_ns = uncharged_ns(cpu) - uncharged;
         assert!(st.code() == Some(124), "the busy loop ran until its timeout: {st:?}");
         let usage_ns = cachescope_cgroups::cpu_usage_usec(&cg).unwrap() as i64 * 1000;
         let before = now_ns();
         std::fs::remove_dir(&cg).unwrap();
-        truth.insert(name, Truth { usage_ns, mkdir_ns, rmdir_ns: (before, now_ns()) });
+        truth.insert(name, Truth { usage_ns, mkdir_ns, rmdir_ns: (before, now_ns()), uncharged_ns });
     }
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill(2) on the child we spawned and have not waited for.
@@ -137,8 +155,15 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
             g.cpu_ns,
             tr.usage_ns
         );
-        // eBPF cpu-clock also counts interrupt time the scheduler leaves out.
-        assert!(g.cpu_ns <= tr.usage_ns * 11 / 10 + 2_000_000, "{name} gained: {} of {} ns", g.cpu_ns, tr.usage_ns);
+        // eBPF cpu-clock also counts the interrupt and stolen time the scheduler leaves out (a
+        // CI run on a loaded host: +15 % on every container, 3 in a row; alone: +0.4 % at most).
+        assert!(
+            g.cpu_ns <= tr.usage_ns * 11 / 10 + 2_000_000 + tr.uncharged_ns,
+            "{name} gained: {} of {} ns ({} ns of interrupts and steal while it ran)",
+            g.cpu_ns,
+            tr.usage_ns,
+            tr.uncharged_ns
+        );
         let first = g.first_start_ns.unwrap();
         // (Rows are stamped from CLOCK_MONOTONIC converted once to real time: 0.2 ms of slack.)
         assert!(
