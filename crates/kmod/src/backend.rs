@@ -331,6 +331,12 @@ impl CacheBackend for KmodBackend {
             match r.kind {
                 kind::OVERRUN => self.lost_kernel += r.occupancy,
                 kind::FREED => {}
+                // Sampled before the run began (the module samples from the rules' setting,
+                // the run's clock starts later): such a row would be stamped at the run's
+                // first instant, every one of them at that one instant. The baselines
+                // (ATTACH) before it stay, and bandwidth counters are cumulative, so the next
+                // sample's delta still holds every byte since the container was tagged.
+                kind::SAMPLE if Duration::from_nanos(r.time_ns) < self.origin => {}
                 _ if self.by_cgroup.contains_key(&r.cgroup_id) => {
                     if let Some(s) = self.sample(r) {
                         out.push(s);

@@ -100,6 +100,25 @@ fn records_before_attach_are_replayed_with_their_times() {
     assert!(out.iter().all(|s| s.mbm_total.unwrap().generation == 20_000_000));
 }
 
+/// Samples taken before the run's origin are not rows (they would all be stamped at the run's
+/// first instant: a CI run summed 24 of them into 101 MB of a 4 MB L3 at one instant); the
+/// baseline before it stays, and the first sample after it counts every byte since.
+#[test]
+fn samples_before_the_runs_origin_are_not_piled_at_its_first_instant() {
+    let k = FakeKernel::new(&[0], 8, 24, 64);
+    let mut b = backend(&k);
+    b.origin(Duration::from_millis(5));
+    k.push(rec(kind::ATTACH, 1, 7, 0, 100));
+    for t in 2..5 {
+        k.push(rec(kind::SAMPLE, t, 7, 0, 100 + t * 10));
+    }
+    k.push(rec(kind::SAMPLE, 6, 7, 0, 190));
+    b.attach(&container("a", 7), &NoContainers, Duration::ZERO).unwrap();
+    let got: Vec<(u128, Option<u64>, Option<u64>)> =
+        collect(&mut b).iter().map(|s| (s.at.as_millis(), s.occupancy_bytes, s.mbm_total.map(|c| c.value))).collect();
+    assert_eq!(got, vec![(0, None, Some(100)), (1, Some(192), Some(190))], "the baseline, then the first sample after");
+}
+
 #[test]
 fn statuses_follow_the_counter_bits() {
     let k = FakeKernel::new(&[0], 8, 24, 1);
