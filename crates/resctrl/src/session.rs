@@ -327,6 +327,8 @@ impl ContainerGroups {
         let Ok(_lock) = self.rc.lock() else { return };
         for (id, g) in live {
             let (Ok(have), Ok(threads)) = (self.rc.group_tasks(&g), src.threads(&id)) else { continue };
+            // A set: containers with thousands of threads are checked at every upkeep.
+            let have: std::collections::HashSet<u32> = have.into_iter().collect();
             let Some(&stray) = threads.iter().find(|t| !have.contains(t)) else { continue };
             // A runtime that put the container in a MON group of its own after we made ours
             // (crun's enableMonitoring after the tagger, an NRI plugin): moving the threads back
