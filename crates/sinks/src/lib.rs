@@ -6,6 +6,7 @@
 mod footer;
 pub mod http;
 pub mod jsonl;
+mod pages;
 pub mod parquet;
 pub mod prom;
 pub mod read;

@@ -3,11 +3,12 @@
 //! files that cannot be read and rows that cannot have been measured named, not fatal.
 //! What is made of the rows (summaries, timelines, episodes) is `cachescope-report`'s.
 
+use crate::pages::Checked;
 use crate::SinkError;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -111,12 +112,14 @@ pub fn file_metadata(path: &Path) -> Result<BTreeMap<String, String>, SinkError>
 
 /// A reader of `path` once its footer is known to be sound (crate::footer) and its column
 /// chunks of a plausible size: the parquet crate allocates what they declare.
-fn open(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, SinkError> {
+/// Its pages' headers are checked as they are read (crate::pages).
+fn open(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<Checked>, SinkError> {
     let ctx = |e: &dyn std::fmt::Display| SinkError::Parquet(format!("{}: {e}", path.display()));
     crate::footer::check_file(path).map_err(|e| ctx(&e))?;
     let f = File::open(path).map_err(|error| SinkError::Io { what: path.display().to_string(), error })?;
     let len = f.metadata().map_err(|error| SinkError::Io { what: path.display().to_string(), error })?.len();
-    let b = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| ctx(&e))?;
+    let meta = ArrowReaderMetadata::load(&f, ArrowReaderOptions::default()).map_err(|e| ctx(&e))?;
+    let b = ParquetRecordBatchReaderBuilder::new_with_metadata(Checked::new(f, meta.metadata()), meta);
     for rg in b.metadata().row_groups() {
         for c in rg.columns() {
             // Our row groups hold at most 65,536 rows: a column chunk is MiBs at most.
