@@ -6,56 +6,18 @@
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod common;
+#[path = "common/cri.rs"]
+mod kubelet;
 use arrow_array::cast::AsArray;
 use common::{bin, busybox_image, docker, get, parquet_files, read, tmux};
 use k8s_cri::v1 as cri;
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use std::collections::HashMap;
+use kubelet::Cri;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tonic::transport::Channel;
 
 const SOCKET: &str = "/run/containerd/containerd.sock";
 const PAUSE: &str = "localhost/cachescope-test-pause:1";
-
-/// A CRI client on containerd's socket, each call run to its end.
-struct Cri {
-    rt: tokio::runtime::Runtime,
-    runtime: RuntimeServiceClient<Channel>,
-    images: ImageServiceClient<Channel>,
-}
-
-impl Cri {
-    fn connect(socket: &Path) -> Result<Cri, String> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
-        let path = socket.to_path_buf();
-        // The URI is required by the endpoint and ignored by the connector: the socket is the address.
-        let endpoint =
-            tonic::transport::Endpoint::from_static("http://localhost").connect_timeout(Duration::from_secs(5));
-        let channel = rt
-            .block_on(endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            })))
-            .map_err(|e| format!("{}: {e}", socket.display()))?;
-        Ok(Cri { rt, runtime: RuntimeServiceClient::new(channel.clone()), images: ImageServiceClient::new(channel) })
-    }
-
-    /// Runs one call of the runtime service.
-    fn run<T, F>(&self, what: &str, call: impl FnOnce(RuntimeServiceClient<Channel>) -> F) -> T
-    where
-        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        match self.rt.block_on(call(self.runtime.clone())) {
-            Ok(r) => r.into_inner(),
-            Err(e) => panic!("CRI {what}: {e}"),
-        }
-    }
-}
 
 /// containerd with its CRI plugin on [`SOCKET`]: the one running, or one started here (its
 /// process, to stop at the end). `config`: where to write the configuration of one started
@@ -156,18 +118,6 @@ impl Drop for Undo<'_> {
         let _ =
             std::fs::remove_dir(PathBuf::from("/sys/fs/cgroup").join(format!("kubepods/besteffort/pod{}", self.uid)));
     }
-}
-
-fn kubelet_labels(uid: &str, container: Option<&str>) -> HashMap<String, String> {
-    let mut l: HashMap<String, String> =
-        [("io.kubernetes.pod.name", "web-0"), ("io.kubernetes.pod.namespace", "shop"), ("io.kubernetes.pod.uid", uid)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-    if let Some(c) = container {
-        l.insert("io.kubernetes.container.name".into(), c.into());
-    }
-    l
 }
 
 /// A pod `shop/web-0` with one container `app`, made through the CRI as a kubelet with the
@@ -481,90 +431,10 @@ fn import_images(cri: &Cri, image: &str, ctr: &str) {
 /// The pod and its container made and started as a kubelet does; the container's id. The pod
 /// is `undo`'s to remove.
 fn start_pod(cri: &Cri, undo: &mut Undo, uid: &str, logs: &Path, image: &str) -> String {
-    let sandbox = sandbox_config(uid, logs);
-    let sc = sandbox.clone();
-    let pod = cri
-        .run("RunPodSandbox", |mut c| async move {
-            c.run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sc), runtime_handler: String::new() }).await
-        })
-        .pod_sandbox_id;
+    let pod = cri.run_pod(uid, logs);
     undo.pod = Some(pod.clone());
-    let config = container_config(uid, image);
-    let id = cri
-        .run("CreateContainer", |mut c| async move {
-            c.create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: pod,
-                config: Some(config),
-                sandbox_config: Some(sandbox),
-            })
-            .await
-        })
-        .container_id;
-    let cid = id.clone();
-    cri.run("StartContainer", |mut c| async move {
-        c.start_container(cri::StartContainerRequest { container_id: cid }).await
-    });
-    id
-}
-
-/// The pod as a kubelet with the cgroupfs driver asks for it.
-fn sandbox_config(uid: &str, logs: &Path) -> cri::PodSandboxConfig {
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: "web-0".into(),
-            uid: uid.to_string(),
-            namespace: "shop".into(),
-            attempt: 0,
-        }),
-        // A host-network pod keeps the node's hostname (the kubelet sends none).
-        log_directory: logs.to_string_lossy().into(),
-        labels: kubelet_labels(uid, None),
-        annotations: [("kubernetes.io/config.source".to_string(), "api".to_string())].into(),
-        linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: format!("/kubepods/besteffort/pod{uid}"),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption {
-                    network: cri::NamespaceMode::Node as i32,
-                    pid: cri::NamespaceMode::Container as i32,
-                    ipc: cri::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Its container `app`: busybox doing a little work every 100 ms, with the kubelet's labels.
-fn container_config(uid: &str, img: &str) -> cri::ContainerConfig {
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata { name: "app".into(), attempt: 0 }),
-        image: Some(cri::ImageSpec { image: img.to_string(), ..Default::default() }),
-        // A little work every 100 ms, so that it drives the emulated cache while recorded
-        // (a container that only sleeps may have used its CPU before it was found).
-        command: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "while :; do n=0; while [ $n -lt 2000 ]; do n=$((n+1)); done; sleep 0.1; done".into(),
-        ],
-        labels: kubelet_labels(uid, Some("app")),
-        annotations: [
-            ("io.kubernetes.container.hash", "5f1a2b3c"),
-            ("io.kubernetes.container.restartCount", "0"),
-            ("io.kubernetes.container.terminationMessagePath", "/dev/termination-log"),
-            ("io.kubernetes.container.terminationMessagePolicy", "File"),
-            ("io.kubernetes.pod.terminationGracePeriod", "30"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        log_path: "app/0.log".into(),
-        linux: Some(cri::LinuxContainerConfig {
-            resources: Some(cri::LinuxContainerResources { cpu_shares: 2, oom_score_adj: 1000, ..Default::default() }),
-            security_context: Some(cri::LinuxContainerSecurityContext::default()),
-        }),
-        ..Default::default()
-    }
+    // A little work every 100 ms, so that it drives the emulated cache while recorded (a
+    // container that only sleeps may have used its CPU before it was found).
+    let work = "while :; do n=0; while [ $n -lt 2000 ]; do n=$((n+1)); done; sleep 0.1; done";
+    cri.start_container(&pod, uid, logs, image, work)
 }

@@ -14,6 +14,8 @@
 #   crun  (-device rdt,closids=N): the kernel's cache allocation on the device, then a container
 #         whose groups crun made (the OCI spec's enableMonitoring; below).
 #   hook: a container's first 50 ms, tagged by cachescope's watcher (its tagger) and by its OCI hook (below).
+#   nri:  the same, tagged by `cachescope hook nri` on containerd's NRI socket, in a pod made
+#         through containerd's CRI (below).
 . "${CS_INIT:-/lib/init.sh}"
 R=/sys/fs/resctrl
 LLC=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -406,6 +408,79 @@ JSON
   wait $CS
   say monitor_exit=$?
   the_end
+fi
+# cs_mode=nri: as hook, with the container in a Kubernetes pod: Debian unstable's containerd
+# 2.1 (its CRI, NRI on, the native snapshotter, Debian's runc) and `cachescope hook nri`
+# registered on its NRI socket; the pod made through the CRI by cri_pod (crates/cli/examples/
+# cri_pod.rs), as a kubelet with the cgroupfs driver makes it. The images are made here, as
+# OCI layouts (no registry). containerd and its shims run on CPU 1 (so does the container's
+# shell); the workload is pinned to CPU 0, whose L3 is read.
+if [ "${cs_mode:-}" = nri ]; then
+  W=$((LLC / 4))
+  # oci_image NAME ROOTFS OUT ENTRYPOINT: an OCI image layout archive of ROOTFS, one layer.
+  oci_image() {
+    _d=$(mktemp -d) && mkdir -p "$_d/blobs/sha256"
+    tar -C "$2" -cf "$_d/l" .
+    printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+      "$4" "$(sha256sum "$_d/l" | cut -d' ' -f1)" >"$_d/c"
+    # blob FILE: moved to its digest's name; "sha256:DIGEST","size":N for a descriptor.
+    blob() { _h=$(sha256sum "$1" | cut -d' ' -f1) && _n=$(stat -c %s "$1") && mv "$1" "$_d/blobs/sha256/$_h" && echo "\"digest\":\"sha256:$_h\",\"size\":$_n"; }
+    _l=$(blob "$_d/l") _c=$(blob "$_d/c")
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json",%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar",%s}]}' "$_c" "$_l" >"$_d/m"
+    printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json",%s,"annotations":{"io.containerd.image.name":"%s"}}]}' "$(blob "$_d/m")" "$1" >"$_d/index.json"
+    echo '{"imageLayoutVersion":"1.0.0"}' >"$_d/oci-layout"
+    tar -C "$_d" -cf "$3" oci-layout index.json blobs && rm -rf "$_d"
+  }
+  img=/tmp/img
+  mkdir -p $img/bin $img/proc $img/dev $img/sys
+  cp /bin/busybox /bin/rdt-work $img/bin/
+  for a in sh sleep echo taskset; do ln -sf busybox $img/bin/$a; done
+  oci_image localhost/cachescope-test-work:1 $img /tmp/work.tar null
+  oci_image localhost/cachescope-test-pause:1 $img /tmp/pause.tar '["/bin/sleep","86400"]'
+  mkdir -p /etc/containerd /run/containerd /var/lib/containerd /run/nri
+  # A host-network pod gets copies of the node's.
+  echo "127.0.0.1 localhost" >/etc/hosts
+  : >/etc/resolv.conf
+  echo guest >/etc/hostname
+  cat >/etc/containerd/config.toml <<TOML
+version = 3
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "/run/nri/nri.sock"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "native"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "localhost/cachescope-test-pause:1"
+TOML
+  taskset 0x2 containerd --config /etc/containerd/config.toml >/tmp/containerd.log 2>&1 &
+  _w=0
+  until [ -S /run/nri/nri.sock ] || [ $_w -ge 600 ]; do sleep 0.1; _w=$((_w + 1)); done
+  say containerd="$(containerd --version | cut -d' ' -f3)"
+  taskset 0x2 cachescope hook nri --socket /run/nri/nri.sock --containers 'kubepods/*/*/*' >/tmp/plugin.out 2>&1 &
+  wait_for plugin registered
+  for i in work pause; do ctr -n k8s.io images import /tmp/$i.tar >/dev/null 2>>/tmp/ctr.out; done
+  say images="$(ctr -n k8s.io images ls -q | grep -c cachescope-test)"
+  taskset 0x1 rdt-work hold $((LLC * 2)) 600 >/tmp/flush.out 2>&1 &
+  FL=$!
+  wait_for flush ready
+  kill $FL
+  taskset 0x2 cri_pod /run/containerd/containerd.sock localhost/cachescope-test-work:1 /tmp/pods \
+    "taskset 0x1 rdt-work touch $W 0.05 >/dev/null && echo filled && sleep 4" >/tmp/cri.out 2>&1
+  say cri_exit=$?
+  _w=0
+  until grep -q filled /tmp/pods/app/0.log 2>/dev/null || [ $_w -ge 600 ]; do sleep 0.1; _w=$((_w + 1)); done
+  sleep 2
+  g=$(ls -d $R/mon_groups/cachescope-* 2>/dev/null | head -1)
+  say "nri_groups=$(ls -d $R/mon_groups/cachescope-* 2>/dev/null | wc -l)"
+  say "nri_group=$(basename "$g")"
+  say "nri_occ=$(cat "$g/mon_data/mon_L3_00/llc_occupancy" 2>/dev/null || echo none)"
+  say w=$W
+  for f in plugin cri ctr; do sed "s/^/CS-STDERR $f: /" /tmp/$f.out; done
+  sed 's/^/CS-STDERR container: /' /tmp/pods/app/0.log
+  grep -E 'level=(error|fatal)' /tmp/containerd.log | tail -20 | sed 's/^/CS-STDERR containerd: /'
+  splats
+  say done=1
+  finish
 fi
 say unknown_mode="${cs_mode:-}"
 finish

@@ -136,19 +136,29 @@ pub fn packages(dir: &Path) -> (String, String) {
 /// /var/cache/cachescope/target-release), where cargo keeps what did not change.
 pub fn release_bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        let target = std::env::var("CACHESCOPE_RELEASE_TARGET")
-            .unwrap_or_else(|_| "/var/cache/cachescope/target-release".to_string());
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let o = Command::new(cargo)
-            .current_dir(repo())
-            .args(["build", "--release", "--locked", "-q", "-p", "cachescope", "--target-dir", &target])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "release build: {}", String::from_utf8_lossy(&o.stderr));
-        Path::new(&target).join("release/cachescope")
-    })
-    .clone()
+    BIN.get_or_init(|| release_build(&[]).join("cachescope")).clone()
+}
+
+/// The release build of the cli crate's example `name` (crates/cli/examples), built as
+/// [`release_bin`] is.
+pub fn release_example(name: &str) -> PathBuf {
+    release_build(&["--example", name]).join("examples").join(name)
+}
+
+/// `cargo build --release` of the cli crate with `more` arguments, in the release target
+/// directory kept between runs; that build's directory.
+fn release_build(more: &[&str]) -> PathBuf {
+    let target = std::env::var("CACHESCOPE_RELEASE_TARGET")
+        .unwrap_or_else(|_| "/var/cache/cachescope/target-release".to_string());
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let o = Command::new(cargo)
+        .current_dir(repo())
+        .args(["build", "--release", "--locked", "-q", "-p", "cachescope", "--target-dir", &target])
+        .args(more)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "release build {more:?}: {}", String::from_utf8_lossy(&o.stderr));
+    Path::new(&target).join("release")
 }
 
 /// The record batches of Parquet `files`, and their key-value metadata.

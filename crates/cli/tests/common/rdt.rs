@@ -1,7 +1,7 @@
 //! The RDT machine (tools/rdt-qemu) from a test: its QEMU, the workloads, one boot of a guest
 //! script and what it said. Shared by rdt_qemu.rs and rdt_modern.rs.
 
-use super::{console_tail, guest_results, have, release_bin};
+use super::{console_tail, guest_results, have, release_bin, release_example};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -147,10 +147,23 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
         extra.push(" ");
         extra.push(which("pqos"));
     }
-    // The OCI hook test runs containers with Debian's runc.
-    if g.append.split_whitespace().any(|w| w == "cs_mode=hook") {
+    // The OCI hook test runs containers with Debian's runc; the NRI test with Debian unstable's
+    // containerd too, and the CRI client of examples/cri_pod.rs as its kubelet.
+    let mode = |m: &str| g.append.split_whitespace().any(|w| w == format!("cs_mode={m}"));
+    if mode("hook") || mode("nri") {
         extra.push(" ");
         extra.push(which("runc"));
+    }
+    if mode("nri") {
+        let out = Command::new(root().join("scripts/debian-containerd.sh")).output().unwrap();
+        assert!(out.status.success(), "scripts/debian-containerd.sh: {}", String::from_utf8_lossy(&out.stderr));
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        for b in ["containerd", "containerd-shim-runc-v2", "ctr"] {
+            extra.push(" ");
+            extra.push(dir.join(b));
+        }
+        extra.push(" ");
+        extra.push(release_example("cri_pod"));
     }
     // The crun test carries Debian unstable's crun, with the libraries it loads, in /opt/crun.
     let mut tree = String::new();
