@@ -44,10 +44,13 @@ quiet_cpu0() {
 # splats: what the kernel said that it should never say (a WARNING or BUG, lockdep, KASAN, the
 # atomic-sleep checker, a kCFI trap, a hung task), each with its trace, as CS-SPLAT lines, and
 # their count.
+# Not a splat: 6.1's boot advice on an AMD CPU model without the SRSO microcode (EPYC-Rome
+# under TCG) says "WARNING:" too.
 SPLAT='WARNING:|BUG:|BUG |Oops|general protection|sleeping function called|CFI failure|possible recursive locking|circular locking|inconsistent lock state|KASAN|UBSAN|kmemleak: [0-9]+ new|blocked for more than'
+BENIGN='Speculative Return Stack Overflow: WARNING: See'
 splats() {
-  dmesg | awk -v re="$SPLAT" '$0 ~ re { p = 1; n = 0 } p { print "CS-SPLAT " $0; if (++n > 60 || /<\/TASK>|---\[ end trace/) p = 0 }'
-  say splats="$(dmesg | grep -cE "$SPLAT")"
+  dmesg | awk -v re="$SPLAT" -v ok="$BENIGN" '$0 ~ re && $0 !~ ok { p = 1; n = 0 } p { print "CS-SPLAT " $0; if (++n > 60 || /<\/TASK>|---\[ end trace/) p = 0 }'
+  say splats="$(dmesg | grep -E "$SPLAT" | grep -cvE "$BENIGN")"
 }
 # The console's first line may carry the firmware's escape sequences: start on a clean one.
 echo
