@@ -61,8 +61,8 @@ impl Checked {
         i.checked_sub(1).map(|i| self.chunks[i]).filter(|c| offset < c.end)
     }
 
-    /// The header at `offset`, read and judged; `Ok` also when it cannot be parsed, which the
-    /// parquet crate then reports in its own words.
+    /// The header at `offset`, read and judged. One that cannot be parsed as the format says
+    /// is refused too: the crate would read its fields by their ids whatever their types.
     fn check_head(&self, offset: u64, chunk: Chunk) -> Result<(), String> {
         let mut size = 4096;
         loop {
@@ -72,7 +72,7 @@ impl Checked {
                 Ok(h) => return judge(&h, chunk.min_bits).map_err(|why| format!("page at byte {offset}: {why}")),
                 Err("ends early") if n == size && size < MAX_HEAD => size *= 16,
                 Err("ends early") if n == size => return Err(format!("page header at byte {offset} is over 1 MiB")),
-                Err(_) => return Ok(()),
+                Err(why) => return Err(format!("page header at byte {offset}: {why}")),
             }
         }
     }
