@@ -1,9 +1,10 @@
 //! Page headers checked before the parquet crate acts on them. Its decoder sizes a
-//! dictionary by the count its page header declares: a 4 KiB file whose INT64 dictionary
-//! page declared 528 million values made `report` ask for 4.2 GB (found by fuzzing). Here
-//! every page header the reader is about to read is parsed first (crate::footer), and a page
-//! larger than any writer of ours makes, or a dictionary declaring more values than its bytes
-//! can hold, is an error of that file instead.
+//! dictionary by the count its page header declares (`DictDecoder::set_dict` resizes to it)
+//! and reads a header's fields by id whatever their declared types, as it does the footer's
+//! (crate::footer, where fuzzing found that). Here every page header the reader is about to
+//! read is parsed first with the format's types, and a page larger than any writer of ours
+//! makes, or a dictionary declaring more values than its bytes can hold, is an error of that
+//! file instead.
 
 use crate::footer::{page_head, PageHead};
 use parquet::basic::Type as Physical;
@@ -140,7 +141,7 @@ mod tests {
 
     #[test]
     fn dictionaries_must_fit_their_bytes() {
-        // The fuzzer's file: an INT64 dictionary of 528,482,292 values in a small page.
+        // An INT64 dictionary declaring 528,482,292 values in a small page (4.2 GB).
         assert!(judge(&head(2, 40, Some(528_482_292)), 64).unwrap_err().contains("528482292 values in 40 bytes"));
         assert_eq!(judge(&head(2, 40, Some(5)), 64), Ok(()));
         assert!(judge(&head(2, 40, Some(6)), 64).is_err());
