@@ -226,6 +226,17 @@ impl EmuPlatform {
         self.lock().model.set_rate(name, domain, bytes_per_sec)
     }
 
+    /// [`Self::set_rate`] for each (container, domain, bytes per second), under one lock.
+    pub fn set_rates(&self, rates: &[(&str, u32, f64)]) {
+        if rates.is_empty() {
+            return;
+        }
+        let mut p = self.lock();
+        for &(name, domain, bytes_per_sec) in rates {
+            p.model.set_rate(name, domain, bytes_per_sec);
+        }
+    }
+
     /// Stop a driven container; its lines stay until evicted.
     pub fn stop_driven(&self, name: &str) -> bool {
         self.lock().model.stop_driven(name)

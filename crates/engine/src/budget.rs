@@ -21,6 +21,11 @@ pub const SHARE: f64 = 0.6;
 /// The most read groups: every container is read at least every this many intervals.
 pub const MAX_GROUPS: u64 = 100;
 
+/// A run's first intervals are not judged: they touch their memory for the first time (1,000
+/// emulated containers at 1 ms: 750–1,500 µs, then 160), and judging the first cut every such
+/// run to 1 container in 17–100 for its first 20–30 ms.
+pub const WARMUP: u32 = 3;
+
 #[derive(Debug, Clone, Default)]
 pub struct ReadBudget {
     /// Containers read per interval; None: every one.
@@ -41,6 +46,8 @@ pub struct ReadBudget {
     /// Seconds per container read, and of the rest of an interval's sampling, smoothed.
     per_read: f64,
     fixed: f64,
+    /// Intervals seen, up to [`WARMUP`].
+    warm: u32,
 }
 
 /// A stable group for each id (a hash: no per-container state, no allocation).
@@ -92,6 +99,10 @@ impl ReadBudget {
     /// platform's time or the PMU's join, is paid whoever is read), with `containers` followed.
     pub fn adjust(&mut self, total: Duration, reads: Duration, interval: Duration, containers: usize) {
         if containers == 0 {
+            return;
+        }
+        if self.warm < WARMUP {
+            self.warm += 1;
             return;
         }
         let (total, reads) = (total.as_secs_f64(), reads.as_secs_f64().min(total.as_secs_f64()));
@@ -157,9 +168,19 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// A budget past its warm-up, which costs as dear as they come leave uncut.
+    fn warmed() -> ReadBudget {
+        let mut b = ReadBudget::default();
+        for _ in 0..WARMUP {
+            b.adjust(MS * 50, MS * 50, MS, 1000);
+            assert!(!b.cut(), "a warm-up interval is not judged");
+        }
+        b
+    }
+
     #[test]
     fn cuts_in_proportion_and_recovers() {
-        let mut b = ReadBudget::default();
+        let mut b = warmed();
         assert!(b.wants("a", || None), "all are read until a cost is known");
         // 1000 containers costing 2 ms per 1 ms interval: about a quarter are read.
         b.adjust(MS * 2, MS * 2, MS, 1000);
@@ -196,11 +217,11 @@ mod tests {
         assert!(b.max_groups >= 4);
         // A fixed part that alone overruns the interval: reads are cut to the floor, not to
         // nothing.
-        let mut b = ReadBudget::default();
+        let mut b = warmed();
         b.adjust(MS * 2, MS / 10, MS, 1000);
         assert_eq!(b.groups(), MAX_GROUPS);
         // Reads that fit beside the fixed part: cut to what fits.
-        let mut b = ReadBudget::default();
+        let mut b = warmed();
         b.adjust(MS, MS / 2, MS, 1000);
         let cap = b.capacity.unwrap();
         assert!((75..=85).contains(&cap), "(0.54 ms - 0.5 ms) at 0.5 us a read: {cap}");

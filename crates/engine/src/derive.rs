@@ -4,9 +4,9 @@
 
 use crate::backend::RawSample;
 use crate::row::{ContainerMeta, Pmu, Row};
+use crate::FastMap;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::{cumulative_delta, Cumulative};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ pub struct Derive {
     /// Keyed by the meta's address: no one chooses it, the integer hasher spreads it enough.
     prev: cachescope_platform::hash::IntMap<usize, Chain>,
     /// container id → the addresses its chains are under (for forget).
-    by_id: HashMap<String, Vec<usize>>,
+    by_id: FastMap<String, Vec<usize>>,
 }
 
 struct Chain {
@@ -48,8 +48,8 @@ impl Derive {
             unit: unit.max(1),
             correction: None,
             start_real_ns,
-            prev: HashMap::default(),
-            by_id: HashMap::new(),
+            prev: Default::default(),
+            by_id: FastMap::default(),
         }
     }
 

@@ -130,7 +130,7 @@ impl Totals {
 /// the gaps, where rows get no values rather than a part of them.
 #[derive(Default)]
 pub struct Join {
-    slots: BTreeMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
+    slots: crate::FastMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
     gaps: VecDeque<(Duration, Duration)>,
 }
 

@@ -20,8 +20,9 @@ use crate::sched::{Lateness, TickerError};
 use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
 use crate::world::World;
+use crate::{FastMap, FastSet};
 use cachescope_platform::clock::{realtime_ns, thread_cpu};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +93,7 @@ struct State {
     stopped: Vec<String>,
     /// Containers attached since the last sample: read in their first interval whatever
     /// the budget (their first read is the baseline of their counters).
-    fresh: HashSet<String>,
+    fresh: FastSet<String>,
     budget: ReadBudget,
     domains: Vec<u32>,
     raw: Vec<crate::backend::RawSample>,
@@ -109,7 +110,7 @@ struct State {
     deferred: VecDeque<(Duration, Change)>,
     /// Containers whose first row is still to come, and when they started (run time): that
     /// row's interval begins there.
-    born: HashMap<String, Duration>,
+    born: FastMap<String, Duration>,
     /// Stopped containers the PMU source still counts until its slots pass this
     /// (CLOCK_MONOTONIC).
     leaving: Vec<(Duration, String)>,
@@ -372,7 +373,7 @@ impl State {
 
 /// Where a container's next row begins when it has no row yet: its start, or the last sample
 /// time `step` if that came later.
-fn since(born: &HashMap<String, Duration>, step: Duration, id: &str) -> Duration {
+fn since(born: &FastMap<String, Duration>, step: Duration, id: &str) -> Duration {
     if born.is_empty() {
         return step;
     }
@@ -408,7 +409,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         pending: Pending::default(),
         changes: Vec::new(),
         stopped: Vec::new(),
-        fresh: HashSet::new(),
+        fresh: FastSet::default(),
         budget: ReadBudget::default(),
         domains: info.domains.clone(),
         raw: Vec::new(),
@@ -420,7 +421,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         read_errors: 0,
         lost: PmuLost::default(),
         deferred: VecDeque::new(),
-        born: HashMap::new(),
+        born: FastMap::default(),
         leaving: Vec::new(),
     };
     let mut summary = Summary::default();

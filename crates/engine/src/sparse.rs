@@ -7,7 +7,7 @@
 //! ends each of its (container, domain) series (status `stopped`), where carrying forward ends.
 
 use crate::row::{ContainerMeta, Pmu, Row};
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,7 @@ struct Entry {
     container: Arc<ContainerMeta>,
     /// The end of the last interval seen (kept or not): where its series end.
     seen_ns: i64,
-    domains: HashMap<u32, Kept>,
+    domains: FastMap<u32, Kept>,
 }
 
 pub struct Sparse {
@@ -34,7 +34,7 @@ pub struct Sparse {
     keyframe_ns: i64,
     /// container id → its series (nested so the hot path looks up by &str and allocates only
     /// for a new container).
-    last: HashMap<String, Entry>,
+    last: FastMap<String, Entry>,
     pub kept: u64,
     pub skipped: u64,
 }
@@ -71,7 +71,13 @@ fn moved(counters: &[Option<u64>; crate::row::COUNTERS]) -> bool {
 impl Sparse {
     /// `upscale`: bytes per occupancy unit (the smallest change the hardware can show).
     pub fn new(upscale: u64, keyframe_ns: i64) -> Sparse {
-        Sparse { upscale: upscale.max(1), keyframe_ns: keyframe_ns.max(1), last: HashMap::new(), kept: 0, skipped: 0 }
+        Sparse {
+            upscale: upscale.max(1),
+            keyframe_ns: keyframe_ns.max(1),
+            last: FastMap::default(),
+            kept: 0,
+            skipped: 0,
+        }
     }
 
     /// Filter rows (of one or more intervals, in time order), keeping those worth writing.
@@ -82,7 +88,7 @@ impl Sparse {
         let mut out = Vec::with_capacity(rows.len() / 4 + 1);
         // (container, domain) → the index in `out` of its lost row still open for merging.
         // Keyed by a hash of the id (no allocation per row); a hit is checked by id.
-        let mut open: HashMap<(u64, u32), usize> = HashMap::new();
+        let mut open: FastMap<(u64, u32), usize> = FastMap::default();
         let key = |r: &Row| {
             use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
             (BuildHasherDefault::<DefaultHasher>::default().hash_one(r.container.id.as_str()), r.domain)
@@ -147,7 +153,7 @@ impl Sparse {
                         let e = Entry {
                             container: r.container.clone(),
                             seen_ns: r.time_ns,
-                            domains: HashMap::from([(r.domain, now)]),
+                            domains: FastMap::from_iter([(r.domain, now)]),
                         };
                         self.last.insert(r.container.id.clone(), e);
                     }
