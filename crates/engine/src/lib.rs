@@ -38,9 +38,4 @@ pub use sink::{Flow, OutputError, RunStatus, Sink};
 pub use slots::{Policy, WaitReason};
 pub use sparse::Sparse;
 
-/// The maps the 1 ms path looks up once per row by container id or domain: foldhash, seeded
-/// at random per process (so a chosen container name cannot aim at one bucket) and several
-/// times cheaper than SipHash on ids; SipHash and a B-tree of ids were a quarter of that path
-/// at 1,000 containers.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+use cachescope_platform::hash::{FastMap, FastSet};
