@@ -9,6 +9,10 @@
 # release, gcc-16 for unstable's 7.2), with its headers unpacked there and never installed on
 # this machine. Roots are cached in ${CACHESCOPE_ROOT_CACHE:-/var/cache/cachescope/roots}, by
 # suite, compiler and kbuild's libraries; OUTDIR/kbuild.log keeps the compiler's output.
+# A module that built without a warning is kept in ${CACHESCOPE_KMOD_CACHE:-/var/cache/cachescope/kmod},
+# keyed by the module's sources, the kernel and the tree it was built against: the same inputs
+# give the same module and the same (empty) warnings, so the test suite's guests of one kernel
+# build it once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 spec=${1-}
@@ -16,6 +20,31 @@ out=${2:?usage: kmod-build.sh KERNEL OUTDIR}
 mkdir -p "$out"
 out=$(realpath "$out")
 log=$out/kbuild.log
+
+kcache=${CACHESCOPE_KMOD_CACHE:-/var/cache/cachescope/kmod}
+src_hash=$(cat kmod/Makefile kmod/Kbuild kmod/*.c kmod/*.h | sha256sum | cut -c1-16)
+
+# cached TREE: the module built before for $kver against TREE, if any, copied to OUTDIR and
+# its path printed (the caller then exits).
+cached() {
+  local key
+  key=$(echo "$kver $1 $src_hash" | sha256sum | cut -c1-16)
+  kdir=$kcache/$key
+  [ -f "$kdir/cachescope.ko" ] || return 1
+  cp "$kdir/cachescope.ko" "$out/cachescope.ko"
+  cp "$kdir/kbuild.log" "$log"
+  echo "$out/cachescope.ko"
+}
+
+# keep: the module just built and checked, into the cache ($kdir, set by cached).
+keep() {
+  mkdir -p "$kcache"
+  local tmp
+  tmp=$(mktemp -d "$kcache/.new-XXXXXX")
+  cp "$out/cachescope.ko" "$log" "$tmp/"
+  # Whole or not at all; a concurrent build of the same key may have kept its own already.
+  mv -T "$tmp" "$kdir" 2>/dev/null || rm -rf "$tmp"
+}
 
 # check DIR MAKE...: the module's sources in DIR, built by MAKE; any warning fails.
 check() {
@@ -38,8 +67,10 @@ check() {
 if [ "$spec" = debug ]; then
   ktree=$(dirname "$(scripts/debug-kernel.sh | tail -1)")/src
   kver="debug ($(make -s -C "$ktree" kernelversion))"
+  cached "$ktree" && exit 0
   check "$out/kbuild" make -s -C "$out/kbuild" KDIR="$ktree" check
   cp "$out/kbuild/cachescope.ko" "$out/cachescope.ko"
+  keep
   echo "$out/cachescope.ko"
   exit 0
 fi
@@ -48,8 +79,10 @@ kver=$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 
 native=$(dpkg-query -W -f='${Depends}' linux-headers-amd64 2>/dev/null | sed -n 's/^linux-headers-\([^ ,]*\).*/\1/p')
 if [ "$kver" = "$native" ] && [ -d "/usr/src/linux-headers-$kver" ]; then
+  cached "/usr/src/linux-headers-$kver $(gcc --version | head -1)" && exit 0
   check "$out/kbuild" make -s -C "$out/kbuild" KDIR="/usr/src/linux-headers-$kver" check
   cp "$out/kbuild/cachescope.ko" "$out/cachescope.ko"
+  keep
   echo "$out/cachescope.ko"
   exit 0
 fi
@@ -105,6 +138,7 @@ if [ ! -e "$root/usr/src/linux-headers-$kver/.complete" ]; then
   touch "$root/usr/src/linux-headers-$kver/.complete"
 fi
 exec 9>&-
+cached "$root" && exit 0
 cc=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\{0,1\}\([^ ]*\).*/\1/p' "$root/usr/src/linux-headers-$kver/include/config/auto.conf")
 [ -n "$cc" ] || cc=gcc
 dir=/tmp/kbuild-$$
@@ -113,4 +147,5 @@ check "$root$dir" unshare --mount --fork sh -c \
   "mount -t proc proc '$root/proc' && exec chroot '$root' make -s -C '$dir' KDIR='/usr/src/linux-headers-$kver' CC='$cc' check"
 cp "$root$dir/cachescope.ko" "$out/cachescope.ko"
 rm -rf "${root:?}$dir"
+keep
 echo "$out/cachescope.ko"
