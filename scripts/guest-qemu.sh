@@ -20,6 +20,10 @@
 #                            programs that bring their own libraries (scripts/debian-crun.sh)
 #   CACHESCOPE_GUEST_KMOD=0  no module (the build takes a while); =PATH: that module, built
 #                            elsewhere (the DKMS package's, scripts/package-check.sh)
+#   CACHESCOPE_QEMU_CHECKS   several checks in one boot: a file of lines "NAME SCRIPT
+#                            [KEY=VALUE ...]" (SCRIPT a path from the repository's root);
+#                            scripts/lib/guest-checks.sh is then /init and runs them in turn,
+#                            and OUTDIR/checks/NAME gets each one's console, rows and report
 #   CACHESCOPE_GUEST_KERNEL  another Debian kernel than this release's default, as
 #                            scripts/debian-kernel.sh names them: a suite (unstable: its newest)
 #                            or [SUITE/]META for linux-image-META (rt-amd64, 6.12-amd64, ...);
@@ -32,6 +36,7 @@
 # installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prepared=$(date +%s)
 bin=$(realpath "${1:?usage: guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]}")
 out=${2:?usage: guest-qemu.sh CACHESCOPE_BINARY OUTDIR [GUEST_SCRIPT]}
 guest=${3:-kmod/test/guest.sh}
@@ -73,7 +78,17 @@ mods=$(dirname "$vmlinuz")/modules-$(basename "$vmlinuz" | sed 's/^vmlinuz-//')
 mkdir -p "$root/modules"
 [ -d "$mods" ] && cp "$mods"/*.ko "$root/modules/" 2>/dev/null || true
 mkdir -p "$root/lib" && cp scripts/lib/guest-init.sh "$root/lib/init.sh"
-cp "$guest" "$root/init" && chmod +x "$root/init"
+if [ -n "${CACHESCOPE_QEMU_CHECKS:-}" ]; then
+  mkdir -p "$root/checks"
+  cp scripts/lib/guest-checks.sh "$root/init"
+  cp "$CACHESCOPE_QEMU_CHECKS" "$root/checks.list"
+  while read -r _ script _; do cp "$script" "$root/checks/$(basename "$script")"; done <"$CACHESCOPE_QEMU_CHECKS"
+  sed -i 's|^\([^ ]*\) [^ ]*/\([^/ ]*\)|\1 \2|' "$root/checks.list"
+  guest="checks $(cut -d" " -f1 "$CACHESCOPE_QEMU_CHECKS" | paste -sd,)"
+else
+  cp "$guest" "$root/init"
+fi
+chmod +x "$root/init"
 (cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null) >"$out/initramfs.cpio"
 
 # TCG: slow and its 1 ms timers are irregular; the tests check accounting, not timing.
@@ -89,6 +104,7 @@ cp "$guest" "$root/init" && chmod +x "$root/init"
 # stress, and the others keep the spurious-interrupt check.
 irqdebug=
 case $kernel in *rt*) irqdebug=noirqdebug ;; esac
+booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
@@ -101,14 +117,35 @@ timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64
 # said CS-END (a CI run's 7.2 guest printed nothing at all so): that is not a good end either.
 ended=0
 grep -aq '^CS-END' "$out/console.log" && ended=1
+# One line per boot for scripts/test.sh's closing table: seconds in QEMU, seconds preparing
+# (kernel, module, initramfs), how it ended, what it was.
+if [ -n "${CACHESCOPE_BOOT_LOG:-}" ]; then
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(($(date +%s) - booted))" "prepared in $((booted - prepared)) s" \
+    "$([ $ended = 1 ] && echo ended || echo "FAILED(qemu ${rc:-0})")" "kernel=${kernel:-default}" \
+    "$(basename "$guest")" "${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2}" "${CACHESCOPE_QEMU_APPEND:-}" \
+    >>"$CACHESCOPE_BOOT_LOG"
+fi
 if [ "${rc:-0}" -ne 0 ] || [ $ended = 0 ]; then
   echo "guest-qemu: qemu exited ${rc:-0}, the guest's script did not reach its end; the console's last lines:" >&2
   tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -30 | sed 's/^/guest-qemu:   /' >&2
 fi
-tr -d '\r' <"$out/console.log" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
-  | gunzip >"$out/rows.jsonl" 2>/dev/null || true
-tr -d '\r' <"$out/console.log" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
-  | gunzip >"$out/report.json" 2>/dev/null || true
+# unpack CONSOLE DIR: DIR/rows.jsonl and DIR/report.json from what CONSOLE carries.
+unpack() {
+  tr -d '\r' <"$1" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
+    | gunzip >"$2/rows.jsonl" 2>/dev/null || true
+  tr -d '\r' <"$1" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
+    | gunzip >"$2/report.json" 2>/dev/null || true
+}
+unpack "$out/console.log" "$out"
+# Each check's part of the console, and what it carries, in OUTDIR/checks/NAME.
+if [ -n "${CACHESCOPE_QEMU_CHECKS:-}" ]; then
+  while read -r name _; do
+    mkdir -p "$out/checks/$name"
+    tr -d '\r' <"$out/console.log" | sed -n "/^CS-CHECK-BEGIN $name\$/,/^CS-CHECK-END $name /p" \
+      >"$out/checks/$name/console.log"
+    unpack "$out/checks/$name/console.log" "$out/checks/$name"
+  done <"$CACHESCOPE_QEMU_CHECKS"
+fi
 grep -a "^CS-\|^rdt-stats: " "$out/console.log" | grep -av "^CS-ROWS\|^CS-REPORT\|^CS-END" | tr -d "\r" || true
 # A script that did not reach its end failed, whatever QEMU said.
 [ $ended = 1 ]

@@ -5,8 +5,12 @@
 # With CS_HOST=1 the same scripts run on a real host instead (scripts/hw-check.sh runs them in
 # a private mount namespace): /tmp is a private tmpfs, nothing else is mounted, modules come
 # from the host's kernel, and the script exits instead of powering off.
+# With CS_CHECK=NAME the script is one check of several in one boot (scripts/lib/guest-checks.sh
+# is /init, has mounted all this, and cleans up after each check): finish ends the check only.
 export PATH=${CS_HOST:+$PATH:}/bin
-if [ -n "${CS_HOST:-}" ]; then
+if [ -n "${CS_CHECK:-}" ]; then
+  :
+elif [ -n "${CS_HOST:-}" ]; then
   mount -t tmpfs tmp /tmp
 else
   mount -t proc proc /proc
@@ -21,12 +25,14 @@ say() { echo "CS-RESULT $*"; }
 # script got here: a guest that reboots (a panic, with panic=-1) also makes QEMU exit 0.
 finish() {
   sync
+  if [ -n "${CS_CHECK:-}" ]; then exit 0; fi
   echo "CS-END"
   if [ -n "${CS_HOST:-}" ]; then exit 0; fi
   poweroff -f
 }
 # load_msr: /dev/cpu/N/msr (the guest carries msr.ko from its kernel's package).
 load_msr() {
+  [ -e /dev/cpu/0/msr ] && return 0
   if [ -n "${CS_HOST:-}" ]; then modprobe msr; else insmod /modules/msr.ko; fi
 }
 # mount_resctrl: resctrl at /sys/fs/resctrl, unless it is there already (on a host).
