@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-use cachescope_bpf::{Attribution, IDLE};
+use cachescope_bpf::{Attribution, SlotRow, IDLE};
 use cachescope_cgroups::cpu_usage_usec;
 use cachescope_cgroups::sandbox::Sandbox;
 use cachescope_perf::counter::{CounterGroup, Target};
@@ -36,9 +36,10 @@ fn event() -> (Encoded, &'static str) {
     (ev, unit)
 }
 
-/// Sizing of the slot map: a handful of cgroups, drained every ~20 slots.
+/// Sizing of the slot map: a handful of cgroups, drained every 20 ms here, with room for
+/// half a second between drains (a test thread the host leaves off its CPUs that long).
 const CAP_CGROUPS: usize = 64;
-const CAP_DRAIN: u32 = 32;
+const CAP_DRAIN: u32 = 500;
 
 fn cpus() -> Vec<usize> {
     cachescope_platform::Topology::read(std::path::Path::new("/sys"))
@@ -54,8 +55,68 @@ fn cmd(args: &[&str]) -> Command {
     c
 }
 
+/// CPU time the cgroup `dir` has used (cpu.stat), us.
+fn used(dir: &Path) -> u64 {
+    cpu_usage_usec(dir).unwrap()
+}
+
+/// How often `pid` (one thread) was switched out: its stints on a CPU number one more.
+fn switches(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// A lower bound of the slot boundaries a task crossed while on a CPU: `ran_ms` on a CPU in
+/// `stints` stretches crosses at least `ran_ms - stints` of them; `armed_late_ms` for the
+/// start of a stretch before its timer was armed. A tick timer runs at each one, in a slot of
+/// its own, and charges the task there.
+fn boundaries(ran_ms: u64, stints: u64, armed_late_ms: u64) -> u64 {
+    ran_ms.saturating_sub(stints + armed_late_ms)
+}
+
+/// Let this thread run on `cpus` only.
+fn pin(cpus: &[usize]) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes within it and
+    // sched_setaffinity reads it, both given its size.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+}
+
+/// Drain everything the kernel booked, each CPU's own count read around it: before this
+/// thread moved there and slept (a switch there, which books all until then), and after the
+/// drain. Per CPU, what the drain took ends between the two reads. The rows, and the reads.
+fn drain_bracketed(
+    attr: &mut Attribution,
+    per_cpu: &mut [CounterGroup],
+    cpus: &[usize],
+) -> (Vec<SlotRow>, Vec<[u64; 2]>) {
+    let mut pre = Vec::new();
+    for (g, &cpu) in per_cpu.iter_mut().zip(cpus) {
+        pre.push(g.read().unwrap().raw[0]);
+        pin(&[cpu]);
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    pin(cpus); // before anything is spawned: children inherit it
+    let rows = attr.drain_all().unwrap();
+    let reads = per_cpu.iter_mut().zip(pre).map(|(g, pre)| [pre, g.read().unwrap().raw[0]]).collect();
+    (rows, reads)
+}
+
 /// One at a time: each test's busy loops would take the other's CPU time.
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A hang, not a loaded host: what a test waits for (a few hundred ms of CPU) comes within
+/// seconds.
+const HANG: Duration = Duration::from_secs(60);
 
 #[test]
 fn attributes_busy_idle_and_late_cgroups_per_slot() {
@@ -82,61 +143,101 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     // Per-CPU totals by an independent perf count, to check that nothing is lost or doubled.
     let mut per_cpu: Vec<CounterGroup> =
         cpus.iter().map(|&c| CounterGroup::open(&Target::Cpu(c), &[ev]).unwrap()).collect();
-    let before: Vec<u64> = per_cpu.iter_mut().map(|g| g.read().unwrap().raw[0]).collect();
-    let _ = attr.drain_all().unwrap(); // forget what came before the counters above
+    // Forget what came before the counters above.
+    let (_, start) = drain_bracketed(&mut attr, &mut per_cpu, &cpus);
     let base_totals = attr.cpu_totals().to_vec();
-    sb.spawn("busy", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
+    // The busy cgroup is empty until the spawn: cpu.stat counts from here what BPF counts.
+    let u0 = used(&busy);
+    let busy_pid = sb.spawn("busy", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
     sb.spawn("idle", cmd(&["sleep", "60"])).unwrap();
-    let u0 = cpu_usage_usec(&busy).unwrap();
+    // Until busy has run 600 ms on a CPU and late (made once busy has run 300) 100 ms, by
+    // cpu.stat: what is compared is CPU time, however much wall time a loaded host takes.
     let t0 = Instant::now();
     let mut rows = Vec::new();
-    let mut late_id = 0;
-    while t0.elapsed() < Duration::from_secs(1) {
+    let (mut late, mut late_id) = (None, 0);
+    let (mut drained_at, mut longest_gap) = (attr.current_slot(), 0);
+    loop {
         std::thread::sleep(Duration::from_millis(20));
         rows.extend(attr.drain().unwrap());
-        if late_id == 0 && t0.elapsed() > Duration::from_millis(500) {
-            let late = sb.add("late").unwrap();
-            late_id = ino(&late);
-            attr.follow(late_id).unwrap();
-            sb.spawn("late", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
+        let now = attr.current_slot();
+        longest_gap = longest_gap.max(now - drained_at);
+        drained_at = now;
+        let busy_ms = (used(&busy) - u0) / 1000;
+        match &late {
+            None if busy_ms >= 300 => {
+                let dir = sb.add("late").unwrap();
+                late_id = ino(&dir);
+                attr.follow(late_id).unwrap();
+                sb.spawn("late", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
+                late = Some(dir);
+            }
+            Some(dir) if busy_ms >= 600 && used(dir) >= 100_000 => break,
+            _ => assert!(t0.elapsed() < HANG, "busy ran {busy_ms} ms in {:?}", t0.elapsed()),
         }
     }
-    let u1 = cpu_usage_usec(&busy).unwrap();
-    rows.extend(attr.drain_all().unwrap());
-    let after: Vec<u64> = per_cpu.iter_mut().map(|g| g.read().unwrap().raw[0]).collect();
+    // cpu.stat and the stints inside BPF's window: read before the last drain.
+    let (u1, stints) = (used(&busy), switches(busy_pid) + 1);
+    let (rest, end) = drain_bracketed(&mut attr, &mut per_cpu, &cpus);
+    rows.extend(rest);
     let mut by_cg: BTreeMap<u64, u64> = BTreeMap::new();
     let mut slots = std::collections::BTreeSet::new();
+    let mut busy_slots = std::collections::BTreeSet::new();
     for r in &rows {
         *by_cg.entry(r.cgroup_id).or_default() += r.values[0];
         slots.insert(r.slot);
+        if r.cgroup_id == busy_id {
+            busy_slots.insert(r.slot);
+        }
     }
     let g = |id| by_cg.get(&id).copied().unwrap_or(0);
     let kernel = (u1 - u0) * 1000;
+    let st = attr.stats().unwrap();
     println!(
-        "{} slots of 1 ms; busy {} {unit} (cpu.stat {kernel} ns), idle {}, late {}, idle task {}; stats {:?}",
+        "{} slots of 1 ms in {:?}, {} of them busy's; busy {} {unit} (cpu.stat {kernel} ns, {stints} stints on a CPU), \
+         idle {}, late {}, idle task {}; longest gap between drains {longest_gap} ms; stats {st:?}",
         slots.len(),
+        t0.elapsed(),
+        busy_slots.len(),
         g(busy_id),
         g(idle_id),
         g(late_id),
         g(IDLE),
-        attr.stats().unwrap()
     );
-    assert!(slots.len() >= 900, "1 ms slots over ~1 s: {}", slots.len());
     assert!(g(busy_id) > 0 && g(late_id) > 0, "busy and late cgroups charged");
     assert!(g(idle_id) * 100 < g(busy_id), "idle cgroup about zero");
     if unit == "cpu-clock ns" {
         assert!(g(busy_id) as f64 >= 0.9 * kernel as f64, "BPF {} < 90% of cpu.stat {kernel}", g(busy_id));
     }
-    // Per CPU: everything charged (cgroups and idle) equals the CPU's own count within 1 %.
+    // Split into 1 ms slots: busy (followed before it started) is charged in a slot of its own
+    // at every slot boundary it ran across. Ticks on every CPU are not aligned to the slots:
+    // two may fall in one.
+    let crossed = boundaries((u1 - u0) / 1000, stints, 0);
+    let need =
+        if matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) { crossed } else { crossed / 2 };
+    assert!(
+        busy_slots.len() as u64 >= need,
+        "busy charged in {} slots, ran across {crossed} slot boundaries",
+        busy_slots.len()
+    );
+    // Per CPU: everything charged (cgroups and idle) equals the CPU's own count, which is read
+    // on each side of where the charges drained begin and end (within 1 %: a charge into a slot
+    // being drained on another CPU can be missed; none was dropped for room, or it is counted).
     for (i, &cpu) in cpus.iter().enumerate() {
         let charged = attr.cpu_totals()[cpu] - base_totals[cpu];
-        let total = after[i] - before[i];
-        let err = (charged as f64 - total as f64).abs() / total as f64;
-        println!("CPU {cpu}: charged {charged}, counted {total} ({:.3} %)", err * 100.0);
-        assert!(err < 0.01, "CPU {cpu}: charged {charged} vs {total}");
+        let (least, most) = (end[i][0] - start[i][1], end[i][1] - start[i][0]);
+        println!("CPU {cpu}: charged {charged}, counted {least}..{most}");
+        assert!(
+            charged as f64 >= least as f64 * 0.99 - st.lost_counts as f64 && charged as f64 <= most as f64 * 1.01,
+            "CPU {cpu}: charged {charged} vs {least}..{most} counted"
+        );
     }
-    let st = attr.stats().unwrap();
-    assert_eq!(st.lost_charges, 0);
+    // The map holds CAP_DRAIN slots of CAP_CGROUPS cgroups, twice over: it fills only where this
+    // thread did not drain it for that long.
+    if longest_gap < u64::from(CAP_DRAIN) {
+        assert_eq!(st.lost_charges, 0);
+    } else {
+        println!("note: {longest_gap} ms without a drain (host load): lost charges not checked ({})", st.lost_charges);
+    }
     assert_eq!(st.read_failures, 0);
 }
 
@@ -149,46 +250,64 @@ fn ticks_run_only_where_followed_tasks_run() {
     let Some(mut sb) = setup("ticks") else { return };
     let (ev, _) = event();
     let cpus = cpus();
-    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, 600));
+    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
     let mut attr = attr.unwrap();
-    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
-        cachescope_testkit::skip(format!("this kernel refuses BPF timers: {}", attr.tick_mode()));
-        return;
-    }
+    let sched_tick = match attr.tick_mode() {
+        cachescope_bpf::TickMode::Followed { sched_tick } => *sched_tick,
+        other => return cachescope_testkit::skip(format!("this kernel refuses BPF timers: {other}")),
+    };
     let busy = sb.add("spin").unwrap();
     let id = std::fs::metadata(&busy).unwrap().ino();
-    sb.spawn("spin", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
+    let pid = sb.spawn("spin", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
     let runs = |a: &Attribution| a.stats().unwrap().timer_runs;
-    // Timer runs, slots charged, and the ms the task ran (cpu.stat): on a loaded host it gets
-    // less than the whole 600 ms, and a timer runs only while it is on the CPU.
+    // Until the task has run 300 ms on a CPU (cpu.stat), however long a loaded host takes:
+    // timer runs (read outside that window), the slots charged to it (drained as the
+    // collector does), the ms it ran and its stints on a CPU (inside).
     let phase = |a: &mut Attribution| {
-        let (r0, u0) = (runs(a), cpu_usage_usec(&busy).unwrap());
         let _ = a.drain_all().unwrap();
-        std::thread::sleep(Duration::from_millis(600));
-        let rows = a.drain_all().unwrap();
-        let slots = rows.iter().filter(|r| r.cgroup_id == id).count();
-        (runs(a) - r0, slots, (cpu_usage_usec(&busy).unwrap() - u0) / 1000)
+        let r0 = runs(a);
+        let (u0, s0, t0) = (used(&busy), switches(pid), Instant::now());
+        let mut slots = std::collections::BTreeSet::new();
+        let mut keep = |rows: Vec<SlotRow>| slots.extend(rows.iter().filter(|r| r.cgroup_id == id).map(|r| r.slot));
+        while used(&busy) < u0 + 300_000 {
+            assert!(t0.elapsed() < HANG, "the task ran {} ms in {:?}", (used(&busy) - u0) / 1000, t0.elapsed());
+            std::thread::sleep(Duration::from_millis(20));
+            keep(a.drain().unwrap());
+        }
+        let (u1, s1, took) = (used(&busy), switches(pid), t0.elapsed());
+        keep(a.drain_all().unwrap());
+        (runs(a) - r0, slots.len() as u64, (u1 - u0) / 1000, s1 - s0 + 1, took)
     };
-    let (unfollowed_runs, unfollowed_slots, _) = phase(&mut attr);
+    let (unfollowed_runs, unfollowed_slots, unfollowed_ms, _, _) = phase(&mut attr);
     attr.follow(id).unwrap();
-    let (followed_runs, followed_slots, ran_ms) = phase(&mut attr);
+    if !sched_tick {
+        // Without the tick's hook a task followed while running is armed at its next switch:
+        // give it one.
+        // SAFETY: kill(2) on the child we spawned, which the sandbox has not reaped.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGSTOP);
+            libc::kill(pid as i32, libc::SIGCONT);
+        }
+    }
+    let (followed_runs, followed_slots, ran_ms, stints, took) = phase(&mut attr);
     attr.unfollow(id).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    let (after_runs, _, _) = phase(&mut attr);
+    let (after_runs, _, after_ms, _, _) = phase(&mut attr);
+    // Followed while it ran: the tick's hook arms a timer within a tick (HZ 100 at the least).
+    let crossed = boundaries(ran_ms, stints, 10);
     println!(
-        "{}; timer runs in 600 ms: unfollowed {unfollowed_runs} ({unfollowed_slots} slots charged), \
-         followed {followed_runs} ({followed_slots} slots, {ran_ms} ms on a CPU), after unfollow {after_runs}",
+        "{}; timer runs: unfollowed {unfollowed_runs} ({unfollowed_slots} slots charged) in {unfollowed_ms} ms on a CPU, \
+         followed {followed_runs} ({followed_slots} slots) in {ran_ms} ms on a CPU ({stints} stints, {took:?}; \
+         at least {crossed} slot boundaries crossed), after unfollow {after_runs} in {after_ms} ms",
         attr.tick_mode()
     );
-    assert!(unfollowed_runs <= 10, "timers ran {unfollowed_runs} times with nothing followed");
-    assert!(ran_ms >= 200, "the busy task ran only {ran_ms} ms of 600: the host is too loaded to tell");
+    // A timer left armed fires once more on its CPU, then sees nothing followed.
+    let cpus_n = cpus.len() as u64;
+    assert!(unfollowed_runs <= cpus_n, "timers ran {unfollowed_runs} times with nothing followed");
     assert!(
-        followed_runs * 100 >= ran_ms * 85,
-        "followed while running: {followed_runs} timer runs in {ran_ms} ms on a CPU"
+        followed_runs >= crossed,
+        "followed while running: {followed_runs} timer runs, {crossed} boundaries crossed"
     );
-    assert!(
-        followed_slots as u64 * 100 >= ran_ms * 75,
-        "followed: {followed_slots} slots of 1 ms charged in {ran_ms} ms on a CPU"
-    );
-    assert!(after_runs <= 10, "timers ran {after_runs} times after unfollow");
+    assert!(followed_slots >= crossed, "followed: {followed_slots} slots charged, {crossed} boundaries crossed");
+    assert!(after_runs <= cpus_n, "timers ran {after_runs} times after unfollow");
 }

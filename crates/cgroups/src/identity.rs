@@ -325,12 +325,20 @@ mod tests {
 
     /// The backtracking matcher this replaced: the reference for small inputs.
     fn naive(p: &[u8], s: &[u8]) -> bool {
+        naive_steps(p, s, &mut 0)
+    }
+
+    /// The backtracking matcher this replaced, counting its calls in `steps`.
+    fn naive_steps(p: &[u8], s: &[u8], steps: &mut u64) -> bool {
+        *steps += 1;
         match p.first() {
             None => s.is_empty(),
-            Some(b'*') if p.get(1) == Some(&b'*') => (0..=s.len()).any(|i| naive(&p[2..], &s[i..])),
-            Some(b'*') => (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != b'/').any(|i| naive(&p[1..], &s[i..])),
-            Some(b'?') => !s.is_empty() && s[0] != b'/' && naive(&p[1..], &s[1..]),
-            Some(c) => s.first() == Some(c) && naive(&p[1..], &s[1..]),
+            Some(b'*') if p.get(1) == Some(&b'*') => (0..=s.len()).any(|i| naive_steps(&p[2..], &s[i..], steps)),
+            Some(b'*') => {
+                (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != b'/').any(|i| naive_steps(&p[1..], &s[i..], steps))
+            }
+            Some(b'?') => !s.is_empty() && s[0] != b'/' && naive_steps(&p[1..], &s[1..], steps),
+            Some(c) => s.first() == Some(c) && naive_steps(&p[1..], &s[1..], steps),
         }
     }
 
@@ -341,16 +349,54 @@ mod tests {
         }
     }
 
+    /// Patterns against names where a backtracking matcher tries every way to place the stars:
+    /// `*` cannot cross a `/`, so the first needs a name without one.
+    fn blowups(len: usize) -> [(&'static str, String); 3] {
+        let x = "x".repeat(len);
+        [
+            ("*x*x*x*x*x*y", x.clone()),
+            ("**x**x**x**x**x**y", format!("csrel/{x}")),
+            ("csrel/*x*x*x*x*x*x*x*x*x*x*", format!("csrel/{x}")),
+        ]
+    }
+
+    /// The inputs of `glob_time_is_polynomial` are a trap: a backtracking matcher's calls grow
+    /// as the name's length to the power of its stars (counted here, not timed), where
+    /// `glob_match` fills one table cell per pattern byte and name byte.
+    #[test]
+    fn the_blowup_patterns_are_a_trap_for_backtracking() {
+        let (short, long) = (blowups(10), blowups(20));
+        for ((pat, s), (_, l)) in short.iter().zip(&long).take(2) {
+            let (mut a, mut b) = (0, 0);
+            assert!(!naive_steps(pat.as_bytes(), s.as_bytes(), &mut a));
+            assert!(!naive_steps(pat.as_bytes(), l.as_bytes(), &mut b));
+            println!("{pat}: backtracking makes {a} calls at {} bytes, {b} at {}", s.len(), l.len());
+            // Twice the name: 49 times the calls (degree 5 or more, 32); a table's cells, 2.
+            assert!(b > 32 * a, "{pat}: {a} -> {b} calls");
+        }
+    }
+
     #[test]
     fn glob_time_is_polynomial() {
-        // Exponential for a backtracking matcher: this never returned (killed at 20 s).
-        let name = format!("csrel/{}", "x".repeat(255));
-        let t = std::time::Instant::now();
-        for pat in ["*x*x*x*x*x*y", "**x**x**x**x**x**y", "csrel/*x*x*x*x*x*x*x*x*x*x*"] {
-            let g = Glob::new(pat).unwrap();
-            assert_eq!(g.matches(&name), pat.ends_with('*'), "{pat}");
+        // By the count above, a backtracking matcher makes some 10^11 calls here (it never
+        // returned: killed at 20 s); the table, 5,000-7,000 cells. Run in a thread so that a hang
+        // fails the test instead of stopping it; the ceiling is for a hang only, the time is
+        // printed.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let t = std::time::Instant::now();
+            let got: Vec<bool> = blowups(255).iter().map(|(pat, s)| Glob::new(pat).unwrap().matches(s)).collect();
+            let _ = tx.send((got, t.elapsed()));
+        });
+        let (got, took) = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(r) => r,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("the matcher hangs"),
+            Err(e) => panic!("the matcher panicked: {e}"),
+        };
+        println!("3 patterns against 255-261 byte names in {took:?}");
+        for ((pat, _), m) in blowups(255).iter().zip(got) {
+            assert_eq!(m, pat.ends_with('*'), "{pat}");
         }
-        assert!(t.elapsed() < std::time::Duration::from_millis(200), "{:?}", t.elapsed());
     }
 
     #[test]
