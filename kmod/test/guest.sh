@@ -161,11 +161,14 @@ say churn_seen="$(grep -o '"cgroup_path":"churn/c[0-9]*"' /tmp/churn.jsonl | sor
 mkdir /sys/fs/cgroup/churn/live
 sh -c 'echo $$ > /sys/fs/cgroup/churn/live/cgroup.procs; while :; do :; done' &
 L=$!
-cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 4s >/dev/null 2>&1 &
+cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 120s >/dev/null 2>&1 &
 CS=$!
-sleep 2
+# Once the reader holds the device (not after a fixed sleep: a slow guest's reader may not
+# have opened it yet, or, with a short --duration, closed it already).
+i=0
+until ls -l /proc/$CS/fd 2>/dev/null | grep -q /dev/cachescope || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
 rmmod cachescope 2>/dev/null; say rmmod_held=$?
-wait $CS; say held_exit=$?
+kill -TERM $CS; wait $CS; say held_exit=$?
 rmmod cachescope; say rmmod_released=$?
 kill -9 $L; wait $L 2>/dev/null
 rmdir /sys/fs/cgroup/churn/live /sys/fs/cgroup/churn

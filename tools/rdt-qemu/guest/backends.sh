@@ -256,8 +256,12 @@ cal_before=$(cal)
 cachescope monitor --backend "$backend" --pmu off --containers 'ctr/*' --interval 100ms \
   --jsonl $PEAK >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
-# The module adopts the cgroups that exist when the session sets its rules.
-[ "$backend" = kmod ] && sleep 2
+# The module adopts the cgroups that exist when the session sets its rules: once a row of
+# `idle` is out, it has (a fixed sleep here once decided it).
+if [ "$backend" = kmod ]; then
+  i=0
+  until grep -q '"ctr/idle"' /tmp/rows.jsonl 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+fi
 start late env RDT_WORK_STOP=1 rdt-work touch $((LLC / 4)) 120
 settle early
 ready early

@@ -19,7 +19,10 @@
  * "moved=N seconds=S start_ns=T0 end_ns=T1" for stream (bytes read after ready, over S seconds,
  * from T0 to T1 in CLOCK_REALTIME ns, the clock of cachescope's time_ns). With RDT_WORK_COUNTER=FILE
  * (a resctrl mbm_total_bytes file) stream also reads FILE just before and just after its window
- * and prints "counter_delta=N": the bytes the kernel counted over exactly that window.
+ * and prints "counter_delta=N": the bytes the kernel counted over exactly that window. Stream
+ * also prints "chunk=C marks_us=M1,M2,...": it reads C bytes at a time, and the i-th chunk was
+ * read by start_ns + Mi µs; so the bytes it moved over any row's own interval are known, and a
+ * test compares like with like however unevenly the guest's CPU was given to it.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
  */
@@ -158,6 +161,14 @@ int main(int argc, char **argv)
 		double seconds = atof(argv[3]), start, t;
 		const char *file = getenv("RDT_WORK_COUNTER");
 		long long before, after, start_ns, end_ns;
+		/* One mark per chunk; the pacing never reads more than rate * seconds, plus one. */
+		size_t max_marks = (size_t)(rate * seconds / chunk) + 2, marks = 0, i;
+		long long *mark = calloc(max_marks, sizeof(*mark));
+
+		if (!mark) {
+			fprintf(stderr, "rdt-work: cannot allocate %zu marks\n", max_marks);
+			return 1;
+		}
 
 		printf("ready\n");
 		fflush(stdout);
@@ -176,6 +187,8 @@ int main(int argc, char **argv)
 			sink += pass(buf + off, chunk, 0);
 			off += chunk;
 			moved += chunk;
+			if (marks < max_marks)
+				mark[marks++] = (realtime_ns() - start_ns) / 1000;
 		}
 		t = now() - start;
 		end_ns = realtime_ns();
@@ -184,7 +197,11 @@ int main(int argc, char **argv)
 		       start_ns, end_ns);
 		if (file)
 			printf(" counter_delta=%lld", before < 0 || after < 0 ? -1 : after - before);
+		printf(" chunk=%llu marks_us=", (unsigned long long)chunk);
+		for (i = 0; i < marks; i++)
+			printf("%s%lld", i ? "," : "", mark[i]);
 		printf("\n");
+		free(mark);
 		return 0;
 	}
 	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS\n");

@@ -13,15 +13,20 @@ pub fn root() -> PathBuf {
 /// The RDT machine's QEMU: tools/rdt-qemu/build.sh builds it once per machine (minutes) and
 /// prints its path; CACHESCOPE_RDT_QEMU names another (a developer's build of a changed device;
 /// scripts/test.sh never sets it).
+/// Asked once per test process: build.sh hashes the patches and the plugin's sources each time.
 pub fn rdt_qemu() -> String {
     if let Ok(q) = std::env::var("CACHESCOPE_RDT_QEMU") {
         return q;
     }
-    let out = Command::new(root().join("tools/rdt-qemu/build.sh")).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tools/rdt-qemu/build.sh failed:\n{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout.lines().last().unwrap_or_default().trim().to_string()
+    static QEMU: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    QEMU.get_or_init(|| {
+        let out = Command::new(root().join("tools/rdt-qemu/build.sh")).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "tools/rdt-qemu/build.sh failed:\n{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout.lines().last().unwrap_or_default().trim().to_string()
+    })
+    .clone()
 }
 
 /// Whether the tests run on this host's own RDT hardware instead of the RDT machine
@@ -120,6 +125,7 @@ pub fn workloads(dir: &Path) -> PathBuf {
 }
 
 /// One boot of the RDT machine.
+#[derive(Clone, Copy)]
 pub struct Guest<'a> {
     /// tools/rdt-qemu/guest/SCRIPT runs as /init.
     pub script: &'a str,
@@ -140,16 +146,112 @@ pub static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, String> {
     let _one = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let (machine, append, kernel) = (g.machine, g.append, g.kernel);
+    let said = if on_host() {
+        let said = run_on_host(work, g, out);
+        println!("== this host: {} {}\n{said}", g.script, g.append);
+        said
+    } else {
+        let (extra, tree) = carried(work, &[g.script], g.append);
+        launch(qemu, g, &extra, &tree, None, out)
+    };
+    let mut r = results(&said);
+    if let Some(stats) = said.lines().find_map(|l| l.strip_prefix("rdt-stats: ")) {
+        r.insert("rdt_stats".into(), stats.to_string());
+    }
+    ended(&r, &out.join("console.log"), out);
+    r
+}
+
+/// One check of a boot that runs several (scripts/lib/guest-checks.sh).
+pub struct Check<'a> {
+    /// Its name: its part of the console and its directory, OUT/checks/NAME.
+    pub name: &'a str,
+    /// tools/rdt-qemu/guest/SCRIPT runs it.
+    pub script: &'a str,
+    /// KEY=VALUE words of its environment, beside the boot's kernel parameters.
+    pub vars: &'a str,
+}
+
+/// Boots `g` once and runs every check in it, in turn (the guest undoes what each left): for
+/// each, its results as [`boot`] gives them and its directory (console.log, rows.jsonl,
+/// report.json). The device's counts (rdt_stats) are the whole boot's. A boot costs a TCG guest's
+/// start and the preparation of its kernel, module and initramfs: the checks that need the same
+/// machine, kernel and parameters share one. On a host (scripts/hw-check.sh) each check is a
+/// run of its own.
+pub fn boot_checks(
+    qemu: &str,
+    work: &Path,
+    g: &Guest,
+    checks: &[Check],
+    out: &Path,
+) -> Vec<(HashMap<String, String>, PathBuf)> {
+    let _one = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = |c: &Check| out.join("checks").join(c.name);
+    if on_host() {
+        return checks
+            .iter()
+            .map(|c| {
+                let append = format!("{} {}", g.append, c.vars);
+                let one = Guest { script: c.script, append: &append, ..*g };
+                let said = run_on_host(work, &one, &dir(c));
+                println!("== this host: check {} ({} {append})\n{said}", c.name, c.script);
+                let r = results(&said);
+                ended(&r, &dir(c).join("console.log"), &dir(c));
+                (r, dir(c))
+            })
+            .collect();
+    }
+    std::fs::create_dir_all(out).unwrap();
+    let list = out.join("checks.list");
+    let text: String = checks
+        .iter()
+        .map(|c| format!("{} {} {}\n", c.name, root().join("tools/rdt-qemu/guest").join(c.script).display(), c.vars))
+        .collect();
+    std::fs::write(&list, text).unwrap();
+    let scripts: Vec<&str> = checks.iter().map(|c| c.script).collect();
+    let words = checks.iter().fold(g.append.to_string(), |w, c| format!("{w} {}", c.vars));
+    let (extra, tree) = carried(work, &scripts, &words);
+    let said = launch(qemu, g, &extra, &tree, Some((&list, checks.len())), out);
+    let stats = said.lines().find_map(|l| l.strip_prefix("rdt-stats: "));
+    checks
+        .iter()
+        .map(|c| {
+            let begin = format!("CS-CHECK-BEGIN {}", c.name);
+            let end = format!("CS-CHECK-END {} ", c.name);
+            let part: String = said
+                .lines()
+                .skip_while(|l| *l != begin)
+                .take_while(|l| !l.starts_with(&end))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let mut r = results(&part);
+            if let Some(rc) = said.lines().find_map(|l| l.strip_prefix(&end)) {
+                r.insert("check_end".into(), rc.to_string());
+            }
+            if let Some(stats) = stats {
+                r.insert("rdt_stats".into(), stats.to_string());
+            }
+            let console =
+                if dir(c).join("console.log").exists() { dir(c).join("console.log") } else { out.join("console.log") };
+            println!("== check {}: {}", c.name, r.get("check_end").map_or("did not end", String::as_str));
+            ended(&r, &console, &dir(c));
+            (r, dir(c))
+        })
+        .collect()
+}
+
+/// What a guest carries beyond the binary and the workloads, for `scripts` with the parameters
+/// `words`: (CACHESCOPE_QEMU_EXTRA, CACHESCOPE_QEMU_TREE).
+fn carried(work: &Path, scripts: &[&str], words: &str) -> (std::ffi::OsString, String) {
     // The pqos comparison carries Debian's pqos (and, by ldd, its library) into the guest.
     let mut extra = work.as_os_str().to_owned();
-    if g.script == "pqos.sh" {
+    if scripts.contains(&"pqos.sh") {
         extra.push(" ");
         extra.push(which("pqos"));
     }
     // The OCI hook test runs containers with Debian's runc; the NRI test with Debian unstable's
     // containerd too, and the CRI client of examples/cri_pod.rs as its kubelet.
-    let mode = |m: &str| g.append.split_whitespace().any(|w| w == format!("cs_mode={m}"));
+    let mode = |m: &str| words.split_whitespace().any(|w| w == format!("cs_mode={m}"));
     if mode("hook") || mode("nri") {
         extra.push(" ");
         extra.push(which("runc"));
@@ -167,71 +269,91 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
     }
     // The crun test carries Debian unstable's crun, with the libraries it loads, in /opt/crun.
     let mut tree = String::new();
-    if g.append.split_whitespace().any(|w| w == "cs_mode=crun") {
+    if mode("crun") {
         let out = Command::new(root().join("scripts/debian-crun.sh")).output().unwrap();
         assert!(out.status.success(), "scripts/debian-crun.sh: {}", String::from_utf8_lossy(&out.stderr));
         tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
     }
-    let said = if on_host() {
-        let said = run_on_host(work, g, out);
-        println!("== this host: {} {append}\n{said}", g.script);
-        said
-    } else {
-        // A guest that never reached its /init is booted once more: TCG on 2 host CPUs now and
-        // then stalls a vCPU's timer at boot (RCU stall reports, "timer wakeup didn't happen",
-        // no init; seen once in a CI run on Debian's 6.1, the device idle).
-        let mut said = String::new();
-        for attempt in 1..=2 {
-            // The release build: the debug one's ticks, reading hundreds of counter files
-            // under TCG, took up to 2.5 s each (a CI run's counters test had too few rows).
-            let run = Command::new(root().join("scripts/guest-qemu.sh"))
-                .arg(release_bin())
-                .arg(out)
-                .arg(root().join("tools/rdt-qemu/guest").join(g.script))
-                .env("CACHESCOPE_QEMU", qemu)
-                .env("CACHESCOPE_QEMU_MACHINE", machine)
-                .env("CACHESCOPE_QEMU_APPEND", append)
-                .env("CACHESCOPE_QEMU_EXTRA", &extra)
-                .env("CACHESCOPE_QEMU_TREE", &tree)
-                .env("CACHESCOPE_GUEST_KMOD", if g.kmod { "1" } else { "0" })
-                .env("CACHESCOPE_GUEST_KERNEL", kernel)
-                .output()
-                .unwrap();
-            said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
-            println!("== kernel {kernel:?}: {machine} {append} (boot {attempt})\n{said}");
-            // Before judging the run: a guest that never reached /init fails guest-qemu.sh.
-            if !said.contains("CS-RESULT ") && attempt == 1 {
-                println!("no result; the console's end:\n{}", console_tail(&out.join("console.log")));
-                continue;
-            }
-            assert!(run.status.success(), "guest-qemu.sh failed");
-            break;
+    (extra, tree)
+}
+
+/// Runs scripts/guest-qemu.sh for `g` (with `checks`: that list and its length) and returns
+/// what it printed.
+fn launch(
+    qemu: &str,
+    g: &Guest,
+    extra: &std::ffi::OsStr,
+    tree: &str,
+    checks: Option<(&Path, usize)>,
+    out: &Path,
+) -> String {
+    let (machine, append, kernel) = (g.machine, g.append, g.kernel);
+    // A guest that never reached its /init is booted once more: TCG on 2 host CPUs now and
+    // then stalls a vCPU's timer at boot (RCU stall reports, "timer wakeup didn't happen",
+    // no init; seen once in a CI run on Debian's 6.1, the device idle).
+    let mut said = String::new();
+    for attempt in 1..=2 {
+        // The release build: the debug one's ticks, reading hundreds of counter files
+        // under TCG, took up to 2.5 s each (a CI run's counters test had too few rows).
+        let mut cmd = Command::new(root().join("scripts/guest-qemu.sh"));
+        cmd.arg(release_bin())
+            .arg(out)
+            .arg(root().join("tools/rdt-qemu/guest").join(g.script))
+            .env("CACHESCOPE_QEMU", qemu)
+            .env("CACHESCOPE_QEMU_MACHINE", machine)
+            .env("CACHESCOPE_QEMU_APPEND", append)
+            .env("CACHESCOPE_QEMU_EXTRA", extra)
+            .env("CACHESCOPE_QEMU_TREE", tree)
+            .env("CACHESCOPE_GUEST_KMOD", if g.kmod { "1" } else { "0" })
+            .env("CACHESCOPE_GUEST_KERNEL", kernel);
+        if let Some((list, n)) = checks {
+            // guest-qemu.sh's 300 s for one script; a ceiling only a hang reaches.
+            cmd.env("CACHESCOPE_QEMU_CHECKS", list).env("CACHESCOPE_QEMU_TIMEOUT", (120 + 240 * n).to_string());
         }
-        said
-    };
-    let mut r = guest_results(&said);
+        let run = cmd.output().unwrap();
+        said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
+        println!("== kernel {kernel:?}: {machine} {append} (boot {attempt})\n{said}");
+        // Before judging the run: a guest that never reached /init fails guest-qemu.sh.
+        if !said.contains("CS-RESULT ") && attempt == 1 {
+            println!("no result; the console's end:\n{}", console_tail(&out.join("console.log")));
+            continue;
+        }
+        assert!(run.status.success(), "guest-qemu.sh failed");
+        break;
+    }
+    said
+}
+
+/// A script's CS-RESULT lines, with its CS-REF lines under "ref" and CS-PQOS-* under "pqos".
+fn results(said: &str) -> HashMap<String, String> {
+    let mut r = guest_results(said);
     let refs: Vec<&str> = said.lines().filter_map(|l| l.strip_prefix("CS-REF ")).collect();
     r.insert("ref".into(), refs.join("\n"));
     let pqos: Vec<&str> = said.lines().filter(|l| l.starts_with("CS-PQOS-")).collect();
     r.insert("pqos".into(), pqos.join("\n"));
-    if let Some(stats) = said.lines().find_map(|l| l.strip_prefix("rdt-stats: ")) {
-        r.insert("rdt_stats".into(), stats.to_string());
-    }
-    if r.get("done").map(String::as_str) != Some("1") {
-        let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
-        // Kept past the scratch directory, for whoever reads the failure.
-        let keep = root()
-            .join("target/tmp")
-            .join(format!("rdt-{}.console.log", out.file_name().unwrap_or_default().to_string_lossy()));
-        let kept = std::fs::create_dir_all(root().join("target/tmp")).and_then(|()| std::fs::write(&keep, &console));
-        println!("console kept in {} ({kept:?})", keep.display());
-        let tail: Vec<&str> = console.lines().rev().take(60).collect();
-        panic!(
-            "the guest did not run to the end; console ends:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        );
-    }
     r
+}
+
+/// Fails, with the end of `console`, unless the script said done=1 (and, as one check of
+/// several, ended with status 0).
+fn ended(r: &HashMap<String, String>, console: &Path, out: &Path) {
+    let check_ok = r.get("check_end").is_none_or(|e| e.starts_with("rc=0 "));
+    if r.get("done").map(String::as_str) == Some("1") && check_ok {
+        return;
+    }
+    let console = std::fs::read_to_string(console).unwrap_or_default();
+    // Kept past the scratch directory, for whoever reads the failure.
+    let keep = root()
+        .join("target/tmp")
+        .join(format!("rdt-{}.console.log", out.file_name().unwrap_or_default().to_string_lossy()));
+    let kept = std::fs::create_dir_all(root().join("target/tmp")).and_then(|()| std::fs::write(&keep, &console));
+    println!("console kept in {} ({kept:?})", keep.display());
+    let tail: Vec<&str> = console.lines().rev().take(60).collect();
+    panic!(
+        "the guest did not run to the end ({}); console ends:\n{}",
+        r.get("check_end").map_or("", String::as_str),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
 }
 
 pub fn num(r: &HashMap<String, String>, k: &str) -> i64 {
@@ -242,4 +364,76 @@ pub fn num(r: &HashMap<String, String>, k: &str) -> i64 {
 /// A "k=v k=v" value, by key.
 pub fn fields(v: &str) -> HashMap<&str, &str> {
     v.split_whitespace().filter_map(|kv| kv.split_once('=')).collect()
+}
+
+/// A stream's bytes as the rows count them and as the stream moved them over exactly the same
+/// intervals (the rows whose interval lies in the stream's window, tools/rdt-qemu/guest/work.c's
+/// marks): (counted, moved, slack), slack being the bytes the comparison cannot place (a chunk
+/// at each end of every run of contiguous rows: a chunk is read over a while, not at its mark).
+/// A guest given its CPU unevenly (TCG beside other work) moves the stream's bytes unevenly
+/// too; this comparison does not care when they moved.
+pub fn stream_bytes(rows: &[&serde_json::Value], stream: &str) -> (f64, f64, f64) {
+    let f = fields(stream);
+    let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or_else(|| panic!("{k} in {stream}"));
+    let (start, end, chunk) = (num("start_ns"), num("end_ns"), num("chunk"));
+    let marks: Vec<i64> = f
+        .get("marks_us")
+        .unwrap_or_else(|| panic!("marks_us in {stream}"))
+        .split(',')
+        .filter(|m| !m.is_empty())
+        .map(|m| start + m.parse::<i64>().unwrap() * 1000)
+        .collect();
+    // The bytes read by time t: every chunk whose mark is not later.
+    let moved_by = |t: i64| (marks.partition_point(|&m| m <= t) as i64 * chunk) as f64;
+    let (mut counted, mut moved, mut runs, mut last_end) = (0.0, 0.0, 0, i64::MIN);
+    for r in rows {
+        let (t, i) = (r["time_ns"].as_i64().unwrap(), r["interval_ns"].as_i64().unwrap());
+        let Some(b) = r["mbm_total_bytes"].as_i64().filter(|_| t - i >= start && t <= end) else { continue };
+        counted += b as f64;
+        moved += moved_by(t) - moved_by(t - i);
+        if t - i != last_end {
+            runs += 1;
+        }
+        last_end = t;
+    }
+    let slack = (2 * runs * chunk) as f64;
+    println!(
+        "stream: rows in its window count {counted:.0} B, it moved {moved:.0} B over the same intervals ({runs} run(s) of rows, slack {slack:.0} B); {} B over its whole window",
+        marks.len() as i64 * chunk
+    );
+    (counted, moved, slack)
+}
+
+/// `counted` within `tolerance` of `moved`, give or take `slack` bytes; and enough bytes compared
+/// (8 MiB: 32 of the stream's chunks) for the comparison to mean something.
+pub fn near_bytes(what: &str, (counted, moved, slack): (f64, f64, f64), tolerance: f64) {
+    let err = (counted - moved) / moved;
+    println!("{what}: {counted:.0} B counted for {moved:.0} B moved ({:+.2} %, slack {slack:.0} B)", 100.0 * err);
+    assert!(moved >= 8.0 * 1024.0 * 1024.0, "{what}: the rows in the stream's window saw it move only {moved} B");
+    assert!(
+        (counted - moved).abs() <= tolerance * moved + slack,
+        "{what}: {counted} B counted for {moved} B moved, beyond {} % and {slack} B",
+        tolerance * 100.0
+    );
+}
+
+/// Runs each named check's assertions, all of them whatever the others did, prints each one's
+/// verdict, and fails naming every check that failed: the checks of one boot are judged apart.
+pub fn judge(checks: Vec<(String, Box<dyn FnOnce() + '_>)>) {
+    let mut failed = Vec::new();
+    for (name, check) in checks {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+            Ok(()) => println!("check {name}: ok"),
+            Err(e) => {
+                let why = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                println!("check {name}: FAILED: {why}");
+                failed.push(format!("{name}: {why}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} check(s) failed:\n{}", failed.len(), failed.join("\n"));
 }
