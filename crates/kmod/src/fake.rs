@@ -22,6 +22,8 @@ pub struct FakeState {
     pub detached: Vec<PathBuf>,
     /// Called at every drain: lets a benchmark generate what the kernel would have.
     pub generator: Option<Generator>,
+    /// Waits for records so far (a test tells whether the backend waited, without a clock).
+    pub waits: u64,
 }
 
 /// The test keeps a clone of the handle; the backend owns the device.
@@ -98,6 +100,7 @@ impl KernelDevice for FakeKernel {
         Ok(n)
     }
     fn wait(&self, timeout: Duration) -> Result<bool, KmodError> {
+        self.state().waits += 1;
         if self.state().queue.is_empty() {
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
         }

@@ -61,19 +61,21 @@ fn unreachable_runtime_is_said_once_and_ids_stay() {
     for m in &metas {
         r.ask(Which::Docker, &m.id, m.clone());
     }
+    // Asks are answered in order: once Podman's news is out, all three Docker asks were
+    // answered (waited for, not slept on; 60 s is a hung resolver).
+    let p = ContainerMeta::named("p0");
+    r.ask(Which::Podman, &p.id, p.clone());
     let mut news = Vec::new();
-    for _ in 0..100 {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !news.iter().any(|l: &String| l.starts_with("Podman")) && Instant::now() < until {
         news.extend(r.news());
-        if !news.is_empty() {
-            break;
-        }
         std::thread::sleep(Duration::from_millis(10));
     }
-    std::thread::sleep(Duration::from_millis(50));
     news.extend(r.news());
-    assert_eq!(news.len(), 1, "{news:?}");
+    assert_eq!(news.len(), 2, "{news:?}");
     assert!(news[0].starts_with("Docker containers by id only: its API: ") && news[0].contains("none.sock"));
-    assert!(metas.iter().all(|m| m.runtime.get().is_none()));
+    assert!(news[1].starts_with("Podman containers by id only: its API: "), "{news:?}");
+    assert!(metas.iter().chain([&p]).all(|m| m.runtime.get().is_none()));
 }
 
 /// containerd's CRI plugin's annotations (1.6, trimmed), CRI-O's (1.28, trimmed).
@@ -159,8 +161,10 @@ fn a_rename_reaches_every_holder_at_the_next_refresh() {
     let r = Resolver::start(api.clone(), api, Bundles { templates: vec![] });
     let meta = Arc::new(ContainerMeta { id: "1762453feaf6".into(), ..Default::default() });
     r.ask(Which::Docker, "1762453feaf6", meta.clone());
+    // A rename is seen at the next refresh (REFRESH); waited for, up to what only a hung
+    // resolver takes.
     let until = |want: &str| {
-        let deadline = Instant::now() + REFRESH * 4;
+        let deadline = Instant::now() + REFRESH * 30;
         while meta.name() != Some(want) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -168,6 +172,8 @@ fn a_rename_reaches_every_holder_at_the_next_refresh() {
     };
     assert_eq!(until("web-1").as_deref(), Some("web-1"));
     *names.lock().unwrap() = "web-renamed".into();
-    assert_eq!(until("web-renamed").as_deref(), Some("web-renamed"), "followed within {:?}", REFRESH * 4);
+    let t = Instant::now();
+    assert_eq!(until("web-renamed").as_deref(), Some("web-renamed"));
+    println!("the rename followed in {:?} (REFRESH {REFRESH:?})", t.elapsed());
     assert_eq!(meta.pod_name(), Some("web-0"), "the rest of what the runtime said stays");
 }

@@ -22,7 +22,8 @@ struct Fake {
     attached: BTreeMap<String, (Arc<ContainerMeta>, u32, Duration)>,
     limbo: Vec<u32>,
     log: Arc<Mutex<Vec<String>>>,
-    /// Counter modulus (the width's), and CPU time a read of one container costs.
+    /// Counter modulus (the width's), and the CPU time (this thread's, as the read budget
+    /// counts it: a preempted read costs no less) a read of one container costs.
     wrap: u64,
     cost: Duration,
     /// Attaches of this container refused, this many times, as the container's own trouble.
@@ -91,8 +92,8 @@ impl CacheBackend for Fake {
         for (meta, rmid, since) in self.attached.values().filter(|a| read(&a.0.id)) {
             let counts = (now - *since).as_millis() as u64 * self.rate;
             self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
-            let t = std::time::Instant::now();
-            while t.elapsed() < self.cost {
+            let t = thread_cpu();
+            while thread_cpu().saturating_sub(t) < self.cost {
                 std::hint::spin_loop();
             }
             for &domain in &self.info.domains {
@@ -355,9 +356,11 @@ fn read_every_interval_but_attached_as_soon_as_reported() {
     assert_eq!(b[0].interval_ns, 100_000_000, "its first interval runs from the previous read");
 }
 
-/// Overload: 100 containers whose reads cost 2 ms per 1 ms interval, in real time. The run
-/// reads part of them each interval, in turn, and keeps up; each container's rows still add
-/// up to every byte it moved (a row spans everything since its previous one).
+/// Overload: 100 containers whose reads cost 2 ms of CPU per 1 ms interval, in real time. The
+/// run reads part of them each interval, in turn, and keeps up; each container's rows still
+/// add up to every byte it moved (a row spans everything since its previous one). Judged by
+/// what the run did (its intervals, its reads, the budget's account), never by how late its
+/// wake-ups were: that is the machine's load, and is printed.
 #[test]
 fn overload_reads_in_turn_and_loses_nothing() {
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -368,10 +371,17 @@ fn overload_reads_in_turn_and_loses_nothing() {
     let (p, kept) = parts(Box::new(fake), script, None, 1);
     let o = Options { virtual_time: false, batch: Duration::from_millis(50), ..opts(1, 1000) };
     let sum = run(p, &o).unwrap();
-    println!("{} wakes, {} missed, {:?}", sum.wakes, sum.missed, sum.messages);
-    assert!(sum.messages.iter().any(|m| m.starts_with("overloaded:")), "{:?}", sum.messages);
-    // Reading all would take 2 s of CPU for 1 s: it kept up (a first batch reads all).
-    assert!(sum.missed <= 3, "{} of {} wake-ups missed", sum.missed, sum.wakes);
+    let reads = log.lock().unwrap().iter().filter(|l| l.starts_with("read ")).count();
+    println!("{} wakes, {} missed, {} reads, {:?}", sum.wakes, sum.missed, reads, sum.messages);
+    // Every interval of the second was sampled (a late wake-up catches up on the grid), and
+    // from the 4th on (crate::budget::WARMUP) only part of the containers were read.
+    assert_eq!(sum.samples, 1000);
+    let said = sum.messages.iter().find(|m| m.starts_with("overloaded:")).expect("the overload is said");
+    let cut: u64 = said["overloaded: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(cut >= 900 && said.contains(" of 1000 intervals"), "{said}");
+    // It kept up: reading all would take 2 s of CPU in 1 s (100,000 reads); the budget's share
+    // of each interval (crate::budget::SHARE) holds about 27 reads of 20 us.
+    assert!(reads < 50_000, "{reads} reads of 20 us of CPU each in a 1 s run");
     let k = kept[0].lock().unwrap();
     for id in &ids {
         let rs: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == *id && r.domain == 0).collect();
@@ -379,8 +389,9 @@ fn overload_reads_in_turn_and_loses_nothing() {
         let moved: u64 = rs.iter().filter_map(|r| r.mbm_total_bytes).sum();
         let span = (rs.last().unwrap().time_ns - rs[0].time_ns) as u64 / 1_000_000;
         assert_eq!(moved, span * 300 * 64, "{id}: every byte between its first and last row");
+        // Rows are on the run's grid: a row's span counts intervals, not the wall clock.
         let longest = rs.windows(2).map(|w| w[1].interval_ns).max().unwrap();
-        assert!(longest <= 100_000_000, "{id}: read at least every 100 ms ({longest} ns)");
+        assert!(longest <= 100_000_000, "{id}: read at least every 100 intervals ({longest} ns)");
     }
     assert!(k.statuses.iter().any(|s| s.extra.iter().any(|l| l.starts_with("overloaded:"))));
 }
