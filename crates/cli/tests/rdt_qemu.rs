@@ -502,7 +502,7 @@ fn a_freed_rmid_waits_in_limbo_until_its_lines_are_gone() {
         assert_eq!(num(&r, "rmdir_a"), 0);
         let by = recording(&out);
         let d = series(&by, "ctr_d", 0);
-        let thrash = num(&r, "thrash_start") * 1_000_000_000;
+        let thrash = num(&r, "thrash_start");
         let first_ok = d
             .iter()
             .find(|row| row["status"] == "ok")
@@ -550,7 +550,7 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
         let llc = num(&r, "llc_bytes") as f64;
         assert_eq!(v["run"]["l3_bytes"].as_f64(), Some(llc), "{backend}: the L3 the report judges by");
         let eps = v["episodes"].as_array().unwrap();
-        let start = num(&r, "thrash_start") as f64;
+        let start = num(&r, "thrash_start") as f64 / 1e9;
         let named: Vec<&Value> = eps
             .iter()
             .filter(|e| e["container_name"].as_str().is_some_and(|n| n.contains("thrash")) && e["domain"] == 0)
@@ -558,9 +558,9 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
         println!("{backend} on {cpu}: {} episode(s): {:#}", eps.len(), v["episodes"]);
         let e = *named.first().unwrap_or_else(|| panic!("{backend}: no episode names the thrasher: {eps:#?}"));
         let at = e["start_ns"].as_f64().unwrap() / 1e9;
-        // Between the thrasher's start and its first pass over its buffer (the guest's times
-        // are whole seconds: date +%s).
-        let ready = num(&r, "thrash_ready") as f64;
+        // Between the thrasher's start and its first pass over its buffer, give or take the
+        // report's buckets.
+        let ready = num(&r, "thrash_ready") as f64 / 1e9;
         assert!((start - 0.5..=ready + 2.0).contains(&at), "{backend}: episode at {at}, thrasher at {start}..{ready}");
         let victim = |e: &Value| -> Option<(f64, f64)> {
             let v = e["victims"]

@@ -188,8 +188,12 @@ if [ "${cs_mode:-}" = limbo ]; then
   say rmdir_a=$?
   say a_gone="$(date +%s)"
   start d rdt-work idle 600
-  sleep 2
-  say thrash_start="$(date +%s)"
+  # d waits while a's RMID is in limbo: once a row says so (not after a fixed sleep: a slow
+  # guest's backend may not have met d yet), and a second more of it.
+  i=0
+  until grep '"ctr_d' /tmp/rows.jsonl 2>/dev/null | grep -q no_rmid || [ $i -ge 600 ]; do sleep 0.1; i=$((i + 1)); done
+  sleep 1
+  say thrash_start="$(rdt-work now)"
   taskset 0x1 rdt-work thrash $((LLC * 4)) 3 >/dev/null 2>&1
   sleep 3
   stop_cs monitor
@@ -225,10 +229,10 @@ if [ "${cs_mode:-}" = noisy ]; then
   until grep -qx "$THRASH" "$C/thrash/cgroup.procs"; do sleep 0.05; done
   tagged thrash "$THRASH"
   sleep 0.5
-  say thrash_start="$(date +%s)"
+  say thrash_start="$(rdt-work now)"
   go thrash
   ready thrash
-  say thrash_ready="$(date +%s)"
+  say thrash_ready="$(rdt-work now)"
   sleep 2
   reference
   sleep 2

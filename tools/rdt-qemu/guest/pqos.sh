@@ -66,7 +66,9 @@ say pqos_msr_occ_exit=$?
 
 # Bandwidth, MSR mode: 16 MiB/s through 4 x the LLC, cachescope then pqos on the same stream.
 kill $Q
-taskset 0x1 rdt-work stream 16M 12 $((LLC * 4)) >/tmp/stream.out 2>&1 &
+# The stream lasts until pqos is done (SIGTERM ends it and it says what it moved): pqos's
+# start under TCG took a varying part of a fixed 12 s stream.
+taskset 0x1 rdt-work stream 16M 300 $((LLC * 4)) >/tmp/stream.out 2>&1 &
 S=$!
 ready /tmp/stream.out ready
 cachescope monitor --backend msr --cores 0,1 --pmu off --interval 100ms --jsonl >/tmp/msr-bw.jsonl 2>>/tmp/msr.err &
@@ -76,6 +78,7 @@ stop_cachescope msr_bw
 pqos --iface=msr --disable-mon-ipc --disable-mon-llc_miss -m "llc:0;mbl:0" -t 4 -i 5 -u csv \
   -o /tmp/pqos-msr-bw.csv >>/tmp/pqos.out 2>&1
 say pqos_msr_bw_exit=$?
+kill -TERM $S
 wait $S
 say stream="$(tr '\n' ' ' </tmp/stream.out)"
 

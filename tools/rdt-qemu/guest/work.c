@@ -5,6 +5,8 @@
  *   rdt-work thrash BYTES SECONDS      the same, writing (a buffer larger than the LLC evicts all)
  *   rdt-work stream RATE SECONDS BUF   read a BUF-byte buffer in order at RATE bytes/s
  *   rdt-work idle SECONDS              sleep
+ *   rdt-work now                       print CLOCK_REALTIME in ns (cachescope's time_ns; the
+ *                                      guest's busybox date has whole seconds only)
  *   rdt-work hold BYTES SECONDS        write and read a BYTES buffer once, then sleep keeping it
  *                                      (pushes every other line out of the LLC; the pages stay
  *                                      allocated, so the next workload's pages are not cached)
@@ -16,7 +18,8 @@
  * to whoever filled them). With RDT_WORK_PAUSE_MS=N, touch sleeps N ms after each pass (a service that is idle part of the
  * time, whose lines a busy neighbour can take). BYTES, RATE and BUF take K, M or G. Prints "ready" when warmed up (the buffer written and read
  * once, so that no dirty line of the set-up is left), then at the end one line with what it did:
- * "moved=N seconds=S start_ns=T0 end_ns=T1" for stream (bytes read after ready, over S seconds,
+ * "moved=N seconds=S start_ns=T0 end_ns=T1" for stream (which also ends early, as if its
+ * time were up, on SIGTERM or SIGINT: a caller that needs it until something else is done) (bytes read after ready, over S seconds,
  * from T0 to T1 in CLOCK_REALTIME ns, the clock of cachescope's time_ns). With RDT_WORK_COUNTER=FILE
  * (a resctrl mbm_total_bytes file) stream also reads FILE just before and just after its window
  * and prints "counter_delta=N": the bytes the kernel counted over exactly that window. Stream
@@ -36,6 +39,14 @@
 #include <unistd.h>
 
 #define LINE 64
+
+static volatile sig_atomic_t stop_stream;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_stream = 1;
+}
 
 static double now(void)
 {
@@ -120,6 +131,10 @@ static uint8_t *buffer(uint64_t bytes)
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "now")) {
+		printf("%lld\n", realtime_ns());
+		return 0;
+	}
 	if (argc == 3 && !strcmp(argv[1], "idle")) {
 		printf("ready\n");
 		fflush(stdout);
@@ -170,12 +185,14 @@ int main(int argc, char **argv)
 			return 1;
 		}
 
+		signal(SIGTERM, on_stop);
+		signal(SIGINT, on_stop);
 		printf("ready\n");
 		fflush(stdout);
 		before = counter(file);
 		start = now();
 		start_ns = realtime_ns();
-		while ((t = now()) - start < seconds) {
+		while ((t = now()) - start < seconds && !stop_stream) {
 			double due = start + (double)moved / rate;
 
 			if (t < due) {
@@ -204,6 +221,6 @@ int main(int argc, char **argv)
 		free(mark);
 		return 0;
 	}
-	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS\n");
+	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS | now\n");
 	return 2;
 }
