@@ -198,7 +198,7 @@ fn account(what: &str, r: &HashMap<String, String>, by: &HashMap<(String, i64), 
         .filter(|_| what.ends_with("resctrl"))
         .map(|c| format!(", {c} CAL interrupts ({:.2} per value)", c.parse::<f64>().unwrap_or(0.0) / n as f64));
     println!(
-        "MSR accesses {what}: {rows} rows, {n} values; EVTSEL writes {evtsel} ({per:.2} per value), CTR reads {ctr} ({:.2}), PQR_ASSOC writes {pqr}{}",
+        "MSR accesses {what}: {rows} rows, {n} values; over the whole boot, EVTSEL writes {evtsel} ({per:.2} per value), CTR reads {ctr} ({:.2}), PQR_ASSOC writes {pqr}{}",
         ctr as f64 / n as f64,
         cal.unwrap_or_default()
     );

@@ -8,9 +8,10 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, RecordBatch};
-use common::{bin, busybox_image, docker, get, parquet_files, read, sandbox};
+use common::{
+    bin, busybox_image, docker, get, parquet_files, read, sandbox, signal, wait_within, CpuSample, CpuTrace, Watch,
+};
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -91,6 +92,16 @@ fn rows(batches: &[RecordBatch]) -> Vec<R> {
         }
     }
     v
+}
+
+/// A container's rows as an account of its CPU time: what they charge, the window they cover
+/// (real ns, from the first interval's start to the last's end), and whether the counts of any
+/// were lost (null cpu_ns: the collector fell behind; docs/data.md).
+fn cpu_account(rows: &[&R]) -> (i64, (i64, i64), bool) {
+    let spanning: Vec<&&R> = rows.iter().filter(|r| r.interval > 0).collect();
+    let from = spanning.iter().map(|r| r.t - r.interval).min().unwrap_or(0);
+    let to = spanning.iter().map(|r| r.t).max().unwrap_or(0);
+    (spanning.iter().filter_map(|r| r.cpu_ns).sum(), (from, to), spanning.iter().any(|r| r.cpu_ns.is_none()))
 }
 
 #[test]
@@ -185,28 +196,38 @@ fn sigterm_leaves_valid_files() {
     let sc = dir.path().join("s.toml");
     std::fs::write(&sc, SCENARIO).unwrap();
     let out_dir = dir.path().join("rec");
-    let mut child = bin()
-        .args(["record", "--scenario", sc.to_str().unwrap(), "--duration", "60s", "--output"])
-        .arg(&out_dir)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let started = Instant::now();
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    // Its first progress line (into a pipe: at the first status, then once a minute) says how
+    // far it has sampled: the files are to hold at least that.
+    let run = common::Started::spawn_within(
+        bin().args(["record", "--scenario", sc.to_str().unwrap(), "--duration", "10m", "--output"]).arg(&out_dir),
+        " rows sampled",
+        Duration::from_secs(60),
+    );
+    assert!(run.seen, "no progress line: {}", run.started);
+    let line = run.started.lines().last().unwrap().to_string();
+    let sampled_s: f64 = line.split("t=").nth(1).and_then(|r| r.split('s').next()).unwrap().parse().unwrap();
+    signal(&run.child, libc::SIGTERM);
+    let asked = Instant::now();
+    let (status, err) = run.finish_within(Duration::from_secs(30));
+    println!("ended {:?} after SIGTERM; {line}", asked.elapsed());
     assert!(status.success(), "{status:?} {err}");
-    assert!(started.elapsed() < Duration::from_secs(5));
     let names: Vec<String> =
         std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     // Finished files only, beside the directory's lock (one writer per directory).
     assert!(names.iter().all(|n| n.ends_with(".parquet") || n == ".cachescope.lock"), "{names:?}");
     let (batches, _) = read(&parquet_files(&out_dir));
-    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
-    assert!(n > 100, "{n} rows after ~1.5 s: {err}");
+    let rs = rows(&batches);
+    let recorded: usize = err
+        .lines()
+        .find_map(|l| l.split("recorded ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary: {err}"));
+    assert_eq!(rs.len(), recorded, "the files hold the rows the summary counts: {err}");
+    // From the first interval's start to the last row: at least as far as the progress line
+    // said (printed to a tenth of a second).
+    let span = rs.iter().map(|r| r.t).max().unwrap() - rs.iter().map(|r| r.t - r.interval).min().unwrap();
+    assert!(span as f64 / 1e9 >= sampled_s - 0.05, "rows over {span} ns; sampled to t={sampled_s} s before SIGTERM");
 }
 
 fn one_line_error(args: &[&str], code: i32, needle: &str) {
@@ -251,25 +272,30 @@ fn refusals() {
 #[test]
 fn serve_exposes_the_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = scenario_file(dir.path());
+    // solo does not stop here: a page with both is there from late's start on, however late
+    // the test looks.
+    let sc = dir.path().join("s.toml");
+    std::fs::write(&sc, SCENARIO.replace("stop_ms = 1500\n", "")).unwrap();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
     let mut child = bin()
-        .args(["serve", "--scenario", &sc, "--duration", "3s", "--print-every", "100ms", "--listen", &addr])
+        .args(["serve", "--scenario", sc.to_str().unwrap(), "--duration", "10m", "--print-every", "100ms"])
+        .args(["--listen", &addr])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Until the page shows both (late starts at 500 ms; 30 s is a hang).
     let mut page = None;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
         if let Some(p) = get(&addr, "/metrics").filter(|p| p.contains("container_id=\"late\"")) {
             page = Some(p);
             break;
         }
+        std::thread::sleep(Duration::from_millis(100));
     }
     let nf = get(&addr, "/other");
     let _ = child.kill();
@@ -317,42 +343,42 @@ fn real_kernel_possible() -> Option<PathBuf> {
 fn real_cgroups_recorded_with_pmu_columns() {
     let Some(cg_root) = real_kernel_possible() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let sc = scenario_file(dir.path());
+    // solo lives through the run here: its cgroup is there for the busy process whenever the
+    // test gets to it.
+    let sc = dir.path().join("s.toml");
+    std::fs::write(&sc, SCENARIO.replace("stop_ms = 1500\n", "")).unwrap();
     let out_dir = dir.path().join("rec");
-    let child = bin()
-        .args([
-            "record",
-            "--backend",
-            "resctrl",
-            "--emulate",
-            "intel-xeon-platinum-8160",
-            "--scenario",
-            &sc,
-            "--interval",
-            "10ms",
-            "--duration",
-            "2500ms",
-            "--output",
-        ])
+    let mut child = bin()
+        .args(["record", "--backend", "resctrl", "--emulate", "intel-xeon-platinum-8160", "--scenario"])
+        .arg(&sc)
+        .args(["--interval", "10ms", "--duration", "2500ms", "--output"])
         .arg(&out_dir)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
+    let said = Watch::new(child.stderr.take().unwrap());
     let sandbox = cg_root.join(format!("cachescope-emu-{pid}"));
     let procs = sandbox.join("solo/cgroup.procs");
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !procs.exists() && Instant::now() < deadline {
+    // (30 s: a hang.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !procs.exists() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
     let moved = std::fs::write(&procs, busy.id().to_string());
-    let out = child.wait_with_output().unwrap();
+    let ended_first = child.try_wait().unwrap().is_some();
+    let status = wait_within(&mut child, Duration::from_secs(60));
     let _ = busy.kill();
     let _ = busy.wait();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(moved.is_ok(), "moving the busy process into {}: {moved:?}", procs.display());
-    assert!(out.status.success(), "{err}");
+    let err = said.finish();
+    let status = status.unwrap_or_else(|| panic!("a 2.5 s run still ran after 60 s: {err}"));
+    // Only a test starved for the whole run finds the cgroup gone: then it has no busy process.
+    assert!(moved.is_ok() || ended_first, "moving the busy process into {}: {moved:?}", procs.display());
+    if moved.is_err() {
+        println!("the run ended before the test could move its busy process: no busy process to count");
+    }
+    assert!(status.success(), "{err}");
     let (batches, md) = read(&parquet_files(&out_dir));
     let rs = rows(&batches);
     let cg_paths: Vec<String> = batches
@@ -383,8 +409,11 @@ fn real_cgroups_recorded_with_pmu_columns() {
     println!("cachescope.pmu = {pmu}");
     let cycles: i64 = solo.iter().filter_map(|r| r.cycles).sum();
     if pmu.starts_with("eBPF, 1 ms slots: cycles") {
-        // ~1.4 s of a busy loop at ≥ 100 MHz.
-        assert!(cycles > 100_000_000, "{cycles} cycles for a busy container");
+        // Cycles for the CPU time it was charged, at 100 MHz at least (whatever share of a
+        // CPU the loop got).
+        let cpu: i64 = solo.iter().filter_map(|r| r.cpu_ns).sum();
+        println!("solo: {cycles} cycles in {cpu} ns of CPU");
+        assert!(moved.is_err() || (cpu > 0 && cycles >= cpu / 10), "{cycles} cycles in {cpu} ns for a busy container");
     } else {
         assert!(pmu.contains("no PMU event counts") || pmu.starts_with("off"), "{pmu}");
         assert!(rs.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null, not 0");
@@ -428,22 +457,17 @@ fn host_drive_case(pmu: &str, source: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out_dir = dir.path().join("rec");
     busy_and_idle(&mut sb);
-    let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap();
-    // The busy container's CPU time over the run: from the line that says the backend is built
-    // (the run starts right after it) to the exit. From before the spawn, it counted the
-    // collector's start-up too: on a loaded machine, 0.7 s of 2.
-    let run = common::Started::spawn(
-        bin()
-            .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
-            .args(["--pmu", pmu, "--duration", "2s", "--output"])
-            .arg(&out_dir),
-        "EMULATED",
-    );
-    let before = run.seen.then(usage);
-    let (status, err) = run.finish();
-    let cpu_bytes = before.map_or(0, |b| (usage() - b) as i64 * 1000); // µs → ns, × 1 GB/s = bytes
+    // The kernel's count of the busy container's CPU time through the run, for the window its
+    // rows cover.
+    let trace = CpuTrace::start(&[sb.dir().join("busy")]);
+    let out = bin()
+        .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
+        .args(["--pmu", pmu, "--duration", "2s", "--output"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let samples = trace.stop();
     drop(sb);
-    let out = std::process::Output { status, stdout: Vec::new(), stderr: err.into_bytes() };
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(3) && err.contains("measures the host's containers") {
         return cachescope_testkit::skip(err);
@@ -462,15 +486,23 @@ fn host_drive_case(pmu: &str, source: &str) {
     assert!(!busy.is_empty() && !idle.is_empty(), "{:?}", rs.iter().map(|r| &r.id).collect::<Vec<_>>());
     let mbm: i64 = busy.iter().filter_map(|r| r.total).sum();
     let occ = busy.iter().filter_map(|r| r.occ).max().unwrap_or(0);
-    println!("busy: {mbm} bytes of emulated traffic (cgroup CPU time × 1 GB/s: {cpu_bytes}), peak occupancy {occ} of {l3}; {emulated}");
+    let (cpu, window, lost) = cpu_account(&busy);
+    println!(
+        "busy: {mbm} bytes of emulated traffic, {cpu} ns of CPU in its rows, peak occupancy {occ} of {l3}; {emulated}"
+    );
     if emulated.contains("CPU time") {
-        // The cgroup's CPU time spans a little more than the sampled window (startup, exit).
-        // eBPF cpu-clock also counts interrupt time the scheduler leaves out: up to 10 % over.
-        assert!(mbm <= cpu_bytes * 11 / 10 + 100_000_000 && mbm >= cpu_bytes * 7 / 10, "{mbm} of {cpu_bytes} bytes");
+        // The engine's own relation (README): CPU time × 1 GB/s per CPU-second, a byte per ns,
+        // in the rows that have both (a series' first read is its counters' baseline); the
+        // emulated counters count whole upscale units, a unit at each end of a series.
+        let upscale: i64 = md.get("cachescope.upscale_bytes").unwrap().parse().unwrap();
+        let both: i64 = busy.iter().filter(|r| r.total.is_some()).filter_map(|r| r.cpu_ns).sum();
+        let series = busy.iter().map(|r| r.domain).collect::<std::collections::BTreeSet<_>>().len() as i64;
+        assert!((mbm - both).abs() <= 2 * upscale * series, "{mbm} bytes for {both} ns of CPU time");
         assert!(busy.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
-    } else {
-        assert!(mbm > 0);
     }
+    assert!(mbm > 0 && cpu > 0, "{mbm} bytes, {cpu} ns");
+    // That CPU time is what the kernel counted for the busy cgroup over the same window.
+    common::check_cpu("busy", cpu, window, &samples, 0, lost || err.contains("PMU counts incomplete"));
     // Hundreds of MB of fills into a few tens of MiB: full, never over. (Busy containers of
     // other tests, recognised host-wide by their runtime's name, may share it: the domain's
     // sum over every container is what fills.)
@@ -501,27 +533,38 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     let out_dir = dir.path().join("rec");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
-    let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap();
-    let before = usage();
-    let child = bin()
-        .args(["record", "--containers", &format!("{base}/*"), "--duration", "3s", "--print-every", "200ms"])
+    let trace = CpuTrace::start(&[sb.dir().join("busy"), sb.dir().join("idle")]);
+    let mut child = bin()
+        .args(["record", "--containers", &format!("{base}/*"), "--duration", "10m", "--print-every", "200ms"])
         .args(["--listen", &addr, "--output"])
         .arg(&out_dir)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let said = Watch::new(child.stderr.take().unwrap());
+    // Until /metrics shows the busy container (within a second or two; 30 s is a hang), then
+    // the run is ended as a service is.
     let mut page = None;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline && page.is_none() {
-        std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && page.is_none() && child.try_wait().unwrap().is_none() {
+        std::thread::sleep(Duration::from_millis(100));
         page = get(&addr, "/metrics")
             .filter(|p| p.contains("cachescope_cpu_seconds_total{container_id=\"") && p.contains("_busy"));
     }
-    let out = child.wait_with_output().unwrap();
-    let cpu_ns = (usage() - before) as i64 * 1000;
+    // Long enough to compare its CPU time with the kernel's: until the busy loop has had a
+    // second of CPU (60 s: a hang).
+    let busy_ns = || common::cgroup_cpu_ns(&sb.dir().join("busy"));
+    let from = busy_ns();
+    while busy_ns() - from < 1_000_000_000 && Instant::now() < deadline + Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, libc::SIGTERM);
+    let status = wait_within(&mut child, Duration::from_secs(30));
+    let samples = trace.stop();
     drop(sb);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = said.finish();
+    let status = status.unwrap_or_else(|| panic!("still running 30 s after SIGTERM: {err}"));
+    assert!(status.success(), "{err}");
     assert!(err.contains("no cache monitoring on this host") && err.contains("status unsupported"), "{err}");
     let page = page.unwrap_or_else(|| panic!("no /metrics page with the busy container while recording\n{err}"));
     assert!(page.contains("cachescope_emulated{driven_by=\"\"} 0"), "measured, not emulated");
@@ -541,16 +584,17 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     if pmu.starts_with("off") {
         return println!("PMU unavailable here ({pmu}): rows carry no CPU time");
     }
-    // 1 ms rows of CPU time: the busy loop's add up to what its cgroup says (the cgroup's
-    // count spans a little more: start-up before the first slot, the last slots at exit; the
-    // eBPF cpu-clock also counts interrupt time the scheduler leaves out, a few % when the
-    // machine is busy: up to 10 % over).
-    let busy_ns: i64 = busy.iter().filter_map(|r| r.cpu_ns).sum();
-    let idle_ns: i64 = idle.iter().filter_map(|r| r.cpu_ns).sum();
-    println!("busy: {busy_ns} ns of CPU in rows, {cpu_ns} by cpu.stat; idle: {idle_ns} ns; {pmu}");
-    assert!(busy_ns <= cpu_ns * 11 / 10 + 50_000_000 && busy_ns >= cpu_ns * 7 / 10, "{busy_ns} of {cpu_ns}");
-    assert!(idle_ns < 50_000_000, "{idle_ns}");
-    assert!(busy.iter().all(|r| r.interval == 1_000_000), "1 ms rows");
+    // 1 ms rows of CPU time: each container's add up to what its cgroup's cpu.stat says over
+    // the window they cover (the idle one's to next to nothing).
+    println!("{pmu}");
+    let lost = err.contains("PMU counts incomplete");
+    for (name, rows, i) in [("busy", &busy, 0), ("idle", &idle, 1)] {
+        let (cpu, window, lost_rows) = cpu_account(rows);
+        common::check_cpu(name, cpu, window, &samples, i, lost || lost_rows);
+    }
+    assert!(cpu_account(&busy).0 > 0, "the busy one's rows charge CPU time");
+    // (A row whose counts were lost spans the intervals it stands for: docs/data.md.)
+    assert!(busy.iter().filter(|r| r.cpu_ns.is_some()).all(|r| r.interval == 1_000_000), "1 ms rows");
     if !pmu.contains("cycles") {
         assert!(rs.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     }
@@ -565,26 +609,34 @@ fn busy_child(parent: &Path) -> (PathBuf, std::process::Child) {
     (inner, busy)
 }
 
-/// `record --containers GLOB` for 2 s into DIR/rec, then the busy process stopped and its
-/// cgroup removed; with the CPU time its cgroup used meanwhile (ns).
+/// `record --containers GLOB` for 2 s into DIR/rec while the kernel's count of the `traced`
+/// cgroups' CPU time is sampled; then the busy process stopped and its cgroup removed.
 fn record_while_busy(
     glob: &str,
     inner: &Path,
     busy: &mut std::process::Child,
-) -> (std::process::Output, tempfile::TempDir, i64) {
-    let before = cachescope_cgroups::cpu_usage_usec(inner).unwrap();
+    traced: &[PathBuf],
+) -> (std::process::Output, tempfile::TempDir, Vec<CpuSample>) {
+    let trace = CpuTrace::start(traced);
     let dir = tempfile::tempdir().unwrap();
     let out = bin()
         .args(["record", "--containers", glob, "--duration", "2s", "--output"])
         .arg(dir.path().join("rec"))
         .output()
         .unwrap();
-    let cpu_ns = (cachescope_cgroups::cpu_usage_usec(inner).unwrap() - before) as i64 * 1000;
+    let samples = trace.stop();
     let _ = busy.kill();
     let _ = busy.wait();
-    std::thread::sleep(Duration::from_millis(100));
-    let _ = std::fs::remove_dir(inner);
-    (out, dir, cpu_ns)
+    remove_cgroup(inner);
+    (out, dir, samples)
+}
+
+/// rmdir of a cgroup whose processes were just reaped (the kernel lets it go a moment later).
+fn remove_cgroup(dir: &Path) {
+    let t = Instant::now();
+    while std::fs::remove_dir(dir).is_err() && dir.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Nothing escapes: a process in a child cgroup of a container is charged to the container
@@ -621,12 +673,12 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
         .collect();
     let mut hidden_busy = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
     std::fs::write(hidden[0].join("cgroup.procs"), hidden_busy.id().to_string()).unwrap();
-    let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/c"), &inner, &mut busy);
+    let traced = [inner.clone(), hidden[0].clone()];
+    let (out, dir, samples) = record_while_busy(&format!("{base}/c"), &inner, &mut busy, &traced);
     let _ = hidden_busy.kill();
     let _ = hidden_busy.wait();
-    std::thread::sleep(Duration::from_millis(100));
     for d in dups.iter().chain(&hidden) {
-        let _ = std::fs::remove_dir(d);
+        remove_cgroup(d);
         let _ = std::fs::remove_dir(d.parent().unwrap());
     }
     drop(sb);
@@ -651,12 +703,17 @@ fn child_cgroups_and_duplicate_ids_do_not_hide_workloads() {
     if pmu.starts_with("off") {
         return println!("PMU unavailable here ({pmu}): no CPU time to check");
     }
-    let c_ns: i64 = rs.iter().filter(|r| r.id.starts_with(&format!("{base}_c"))).filter_map(|r| r.cpu_ns).sum();
-    println!("container c: {c_ns} ns of CPU in rows; its child cgroup used {cpu_ns} ns ({ids:?})");
-    let hidden_ns: i64 = rs.iter().filter(|r| r.id.starts_with(hidden_id)).filter_map(|r| r.cpu_ns).sum();
-    assert!(hidden_ns >= 500_000_000, "the busy container below a non-UTF-8 name: {hidden_ns} ns in 2 s");
-    // Up to 10 % over: interrupt time (see host_without_cache_monitoring_records_cpu_time_and_serves).
-    assert!(c_ns >= cpu_ns * 6 / 10 && c_ns <= cpu_ns * 11 / 10 + 50_000_000, "{c_ns} of {cpu_ns}");
+    // Each busy loop's CPU time is charged to its container: what the kernel counted for the
+    // child cgroup (of c) and for the one below the non-UTF-8 name, over the rows' window.
+    println!("{ids:?}");
+    let lost = String::from_utf8_lossy(&out.stderr).contains("PMU counts incomplete");
+    let c: Vec<&R> = rs.iter().filter(|r| r.id.starts_with(&format!("{base}_c"))).collect();
+    let (c_ns, window, lost_rows) = cpu_account(&c);
+    common::check_cpu("container c (its child cgroup's loop)", c_ns, window, &samples, 0, lost || lost_rows);
+    let h: Vec<&R> = rs.iter().filter(|r| r.id.starts_with(hidden_id) && r.path.contains("hide\\xff/")).collect();
+    let (h_ns, window, lost_rows) = cpu_account(&h);
+    common::check_cpu("the container below a non-UTF-8 name", h_ns, window, &samples, 1, lost || lost_rows);
+    assert!(c_ns > 0 && h_ns > 0, "{c_ns} and {h_ns} ns");
 }
 
 /// A container nested deeper than any real tree (40 levels) is still found.
@@ -705,7 +762,7 @@ fn nested_containers_are_each_reported_and_charged() {
     let Some(mut sb) = sandbox("cachescope-nest") else { return };
     let base = sb.rel();
     let (inner, mut busy) = busy_child(&sb.add("outer").unwrap());
-    let (out, dir, cpu_ns) = record_while_busy(&format!("{base}/**"), &inner, &mut busy);
+    let (out, dir, samples) = record_while_busy(&format!("{base}/**"), &inner, &mut busy, std::slice::from_ref(&inner));
     drop(sb);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -721,9 +778,13 @@ fn nested_containers_are_each_reported_and_charged() {
     if md.get("cachescope.pmu").is_some_and(|p| p.starts_with("off")) {
         return println!("PMU unavailable here: no CPU time to check");
     }
-    let (o_ns, i_ns): (i64, i64) = (o.iter().filter_map(|r| r.cpu_ns).sum(), i.iter().filter_map(|r| r.cpu_ns).sum());
-    println!("outer {o_ns} ns, inner {i_ns} ns; the busy loop used {cpu_ns} ns");
-    assert!(i_ns >= cpu_ns * 6 / 10 && i_ns <= cpu_ns * 11 / 10 + 50_000_000, "inner: {i_ns} of {cpu_ns}");
+    let lost = err.contains("PMU counts incomplete");
+    let (i_ns, window, lost_rows) = cpu_account(&i);
+    common::check_cpu("inner", i_ns, window, &samples, 0, lost || lost_rows);
+    // outer runs nothing of its own: whatever its rows charge was taken from inner.
+    let o_ns: i64 = o.iter().filter_map(|r| r.cpu_ns).sum();
+    println!("outer {o_ns} ns");
+    assert!(i_ns > 0, "inner is charged its loop");
     assert!(o_ns < 50_000_000, "outer is charged nothing of inner's: {o_ns}");
 }
 
@@ -737,13 +798,15 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let rec = bin()
-        .args(["record", "--duration", "30s", "--listen", &addr, "--output"])
+    let mut rec = bin()
+        .args(["record", "--duration", "10m", "--listen", &addr, "--output"])
         .arg(&out_dir)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let said = Watch::new(rec.stderr.take().unwrap());
+    // Serving: the container starts while it is followed (30 s: a hang).
+    said.until(Duration::from_secs(30), |t| t.contains("serving Prometheus metrics at"));
     let name = format!("cachescope-test-{cli}-{}", std::process::id());
     let mut args = vec!["run", "-d", "--network", "none", "--name", &name];
     args.extend_from_slice(run_extra);
@@ -754,13 +817,13 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
         "io.kubernetes.pod.namespace=shop",
         image,
         "sleep",
-        "30",
+        "600",
     ]);
     let run = Command::new(cli).args(&args).output().unwrap();
     let id = run.status.success().then(|| String::from_utf8_lossy(&run.stdout).trim().to_string());
-    // Until /metrics names it (the API answers in milliseconds; a loaded machine may take
-    // longer), then the container goes.
-    let deadline = Instant::now() + Duration::from_secs(8);
+    // Until /metrics names it (the API answers in milliseconds; 30 s is a hang), then the
+    // container goes.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut page = String::new();
     while Instant::now() < deadline {
         page = get(&addr, "/metrics").unwrap_or_default();
@@ -773,7 +836,7 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
     let renamed = format!("{name}-renamed");
     let rename = Command::new(cli).args(["rename", &name, &renamed]).output().unwrap();
     assert!(rename.status.success(), "{cli} rename: {}", String::from_utf8_lossy(&rename.stderr));
-    let deadline = Instant::now() + Duration::from_secs(8);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut after = String::new();
     while Instant::now() < deadline {
         after = get(&addr, "/metrics").unwrap_or_default();
@@ -788,9 +851,9 @@ fn runtime_names_reach_the_outputs(cli: &str, image: &str, run_extra: &[&str]) {
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
-    let out = rec.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let status = wait_within(&mut rec, Duration::from_secs(30));
+    let err = said.finish();
+    assert!(status.is_some_and(|s| s.success()), "{status:?} (None: still running 30 s after SIGTERM): {err}");
     let id = id.unwrap_or_else(|| panic!("{cli} run: {}", String::from_utf8_lossy(&run.stderr)));
     let (batches, _) = read(&parquet_files(&out_dir));
     // (time, name) of its rows: the first name, then the new one, never going back.
@@ -860,7 +923,8 @@ fn podman_containers_named_by_the_runtime() {
                 .spawn()
                 .unwrap(),
         );
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // (60 s: a hang.)
+        let deadline = Instant::now() + Duration::from_secs(60);
         while std::os::unix::net::UnixStream::connect(sock).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -920,7 +984,8 @@ fn files_uploaded_to_s3_while_the_store_comes_and_goes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Until it answers (a second or two; 60 s is a hang).
+    let deadline = Instant::now() + Duration::from_secs(60);
     while s3py(&endpoint, "s3.create_bucket(Bucket='fleet')").is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }

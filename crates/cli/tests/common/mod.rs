@@ -76,33 +76,59 @@ pub struct Started {
     pub started: String,
     /// Whether the marker came.
     pub seen: bool,
-    rest: std::thread::JoinHandle<String>,
+    /// The lines after it, as they come (the sender goes at the end of stderr).
+    rest: std::sync::mpsc::Receiver<String>,
 }
 
 impl Started {
     /// Spawn `cmd` (its stderr piped) and return once its stderr says `marker`.
     pub fn spawn(cmd: &mut Command, marker: &str) -> Started {
+        Started::spawn_within(cmd, marker, std::time::Duration::MAX)
+    }
+
+    /// The same, giving up after `ceiling` (a ceiling only a hang reaches; `seen` then false).
+    pub fn spawn_within(cmd: &mut Command, marker: &str, ceiling: std::time::Duration) -> Started {
         use std::io::BufRead;
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let (tx, rest) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines {
+                if tx.send(line.unwrap() + "\n").is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now().checked_add(ceiling);
         let (mut started, mut seen) = (String::new(), false);
-        for line in lines.by_ref() {
-            let line = line.unwrap();
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let line = match left {
+                Some(left) => rest.recv_timeout(left).ok(),
+                None => rest.recv().ok(),
+            };
+            let Some(line) = line else { break };
             started.push_str(&line);
-            started.push('\n');
             if line.contains(marker) {
                 seen = true;
                 break;
             }
         }
-        let rest = std::thread::spawn(move || lines.map(|l| l.unwrap() + "\n").collect::<String>());
         Started { child, started, seen, rest }
     }
 
     /// Wait for the run's end: its status and all it said on stderr.
     pub fn finish(mut self) -> (std::process::ExitStatus, String) {
         let status = self.child.wait().unwrap();
-        (status, self.started + &self.rest.join().unwrap())
+        (status, self.started + &self.rest.iter().collect::<String>())
+    }
+
+    /// [`Started::finish`], failing the test once the run goes on past `ceiling` (a ceiling
+    /// only a hang reaches; the run is killed then).
+    pub fn finish_within(mut self, ceiling: std::time::Duration) -> (std::process::ExitStatus, String) {
+        let status = wait_within(&mut self.child, ceiling);
+        let said = self.started + &self.rest.iter().collect::<String>();
+        (status.unwrap_or_else(|| panic!("still running after {ceiling:?}: killed\n{said}")), said)
     }
 }
 
@@ -223,4 +249,239 @@ pub fn console_tail(console: &Path) -> String {
         from += 1;
     }
     text[from..].to_string()
+}
+
+/// What a child writes on a pipe, collected as it comes, so that a test waits for the event it
+/// needs (a line, a screen) rather than a fixed time.
+pub struct Watch {
+    seen: std::sync::Arc<Seen>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+/// The bytes so far and whether the pipe has closed, and a wake-up for each change.
+type Seen = (std::sync::Mutex<(Vec<u8>, bool)>, std::sync::Condvar);
+
+impl Watch {
+    pub fn new(mut from: impl Read + Send + 'static) -> Watch {
+        let seen: std::sync::Arc<Seen> = std::sync::Arc::new(Default::default());
+        let s = seen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = from.read(&mut buf).unwrap_or(0);
+                let mut g = s.0.lock().unwrap();
+                g.0.extend_from_slice(&buf[..n]);
+                g.1 = n == 0;
+                s.1.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        Watch { seen, reader }
+    }
+
+    /// Wait until `what` holds of the text so far (or the pipe closed), `ceiling` at most:
+    /// whether it holds.
+    pub fn until(&self, ceiling: std::time::Duration, what: impl Fn(&str) -> bool) -> bool {
+        let deadline = std::time::Instant::now() + ceiling;
+        let mut g = self.seen.0.lock().unwrap();
+        loop {
+            if what(&String::from_utf8_lossy(&g.0)) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if g.1 || left.is_zero() {
+                return false;
+            }
+            g = self.seen.1.wait_timeout(g, left).unwrap().0;
+        }
+    }
+
+    /// The text so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen.0.lock().unwrap().0).into_owned()
+    }
+
+    /// All of it, once the pipe has closed.
+    pub fn finish(self) -> String {
+        let Watch { seen, reader } = self;
+        reader.join().unwrap();
+        let text = String::from_utf8_lossy(&seen.0.lock().unwrap().0).into_owned();
+        text
+    }
+}
+
+/// Wait for `child`'s end, `ceiling` at most (a ceiling only a hang reaches): its status, or
+/// None after killing it.
+pub fn wait_within(child: &mut std::process::Child, ceiling: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + ceiling;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `cmd` run to its end with its output, failing the test if it runs past `ceiling` (a
+/// ceiling only a hang reaches); with how long it took, to print.
+pub fn output_within(cmd: &mut Command, ceiling: std::time::Duration) -> (std::process::Output, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (out, err) = (Watch::new(child.stdout.take().unwrap()), Watch::new(child.stderr.take().unwrap()));
+    let status = wait_within(&mut child, ceiling);
+    let took = t.elapsed();
+    let (stdout, stderr) = (out.finish(), err.finish());
+    let status = status.unwrap_or_else(|| panic!("{cmd:?} still ran after {ceiling:?}: killed\n{stderr}"));
+    (std::process::Output { status, stdout: stdout.into_bytes(), stderr: stderr.into_bytes() }, took)
+}
+
+/// Send `sig` to `child` (spawned by the test and not yet waited for).
+pub fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: kill(2) on a pid we spawned and still hold; no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0, "kill {sig}");
+}
+
+/// Time the scheduler charged to no task on any CPU (irq + softirq + steal from /proc/stat), in
+/// ns so far. eBPF's cpu-clock counts it while a task is current, cpu.stat does not: an upper
+/// bound of a container's charge against cpu.stat adds what this grew by over the same window.
+pub fn uncharged_ns() -> i64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu")).unwrap();
+    let f: Vec<i64> = line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
+    (f[5] + f[6] + f[7]) * 1_000_000_000 / hz
+}
+
+/// A cgroup's CPU time so far (cpu.stat usage_usec), in ns.
+pub fn cgroup_cpu_ns(dir: &Path) -> i64 {
+    cachescope_cgroups::cpu_usage_usec(dir).unwrap_or_else(|| panic!("no cpu.stat in {}", dir.display())) as i64 * 1000
+}
+
+/// Real time now, in ns since the epoch (what rows' `time_ns` are).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+/// The kernel's account of some cgroups' CPU time, sampled every 5 ms on a thread while a run
+/// goes on: afterwards, what each used over the window its rows cover (the same window, not
+/// the run's whole life from spawn to exit).
+pub struct CpuTrace {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<CpuSample>>,
+}
+
+/// One sample: real time (ns), each cgroup's cpu.stat usage (ns; None once it is gone) and the
+/// host's [`uncharged_ns`].
+#[derive(Debug, Clone)]
+pub struct CpuSample {
+    pub at_ns: i64,
+    pub usage_ns: Vec<Option<i64>>,
+    pub uncharged_ns: i64,
+}
+
+impl CpuTrace {
+    pub fn start(cgroups: &[PathBuf]) -> CpuTrace {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, cgroups) = (stop.clone(), cgroups.to_vec());
+        let thread = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            loop {
+                let last = s.load(std::sync::atomic::Ordering::Relaxed);
+                // Usage between two readings of the clock: the sample's time is within them.
+                let before = now_ns();
+                let usage_ns =
+                    cgroups.iter().map(|c| cachescope_cgroups::cpu_usage_usec(c).map(|u| u as i64 * 1000)).collect();
+                let uncharged_ns = uncharged_ns();
+                v.push(CpuSample { at_ns: (before + now_ns()) / 2, usage_ns, uncharged_ns });
+                if last {
+                    return v;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        CpuTrace { stop, thread }
+    }
+
+    /// Stop sampling (before the cgroups are removed): the samples.
+    pub fn stop(self) -> Vec<CpuSample> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// What cgroup `i` of `samples` used over [from_ns, to_ns], as bounds: at least its growth
+/// between the samples just inside the window, at most its growth between those just outside,
+/// plus the time no task was charged meanwhile (which eBPF's cpu-clock may count). None where
+/// the samples do not reach around the window.
+pub fn cpu_within(samples: &[CpuSample], i: usize, from_ns: i64, to_ns: i64) -> Option<(i64, i64)> {
+    let inside: Vec<&CpuSample> =
+        samples.iter().filter(|s| s.at_ns >= from_ns && s.at_ns <= to_ns && s.usage_ns[i].is_some()).collect();
+    let before = samples.iter().rev().find(|s| s.at_ns <= from_ns && s.usage_ns[i].is_some())?;
+    let after = samples.iter().find(|s| s.at_ns >= to_ns && s.usage_ns[i].is_some())?;
+    let at_least = match (inside.first(), inside.last()) {
+        (Some(a), Some(b)) => b.usage_ns[i]? - a.usage_ns[i]?,
+        _ => 0,
+    };
+    let at_most = after.usage_ns[i]? - before.usage_ns[i]? + after.uncharged_ns - before.uncharged_ns;
+    Some((at_least, at_most))
+}
+
+/// A container's CPU time as its rows charge it (`charged` ns, rows covering [from_ns, to_ns])
+/// against the kernel's count for cgroup `i` of `samples` over that window: no more than the
+/// kernel's (with the time no task was charged), no less unless the run said counts were lost
+/// (`lost`: the collector starved, a timing outcome, printed). The 3 % and 10 ms: cpu-clock is
+/// charged in 1 ms slots and at switches, the samples are 5 ms apart.
+pub fn check_cpu(what: &str, charged: i64, (from_ns, to_ns): (i64, i64), samples: &[CpuSample], i: usize, lost: bool) {
+    let (at_least, at_most) = cpu_within(samples, i, from_ns, to_ns)
+        .unwrap_or_else(|| panic!("{what}: the trace does not reach around the rows' window"));
+    println!(
+        "{what}: {charged} ns of CPU in rows over {:.3} s; the kernel's count over that window {at_least}..{at_most} ns ({:.3} of the most){}",
+        (to_ns - from_ns) as f64 / 1e9,
+        charged as f64 / at_most.max(1) as f64,
+        if lost { "; PMU counts were lost, so no lower bound" } else { "" }
+    );
+    assert!(
+        charged <= at_most + at_most * 3 / 100 + 10_000_000,
+        "{what}: {charged} ns charged, the kernel counted at most {at_most}"
+    );
+    if !lost {
+        assert!(
+            charged >= at_least - at_least * 3 / 100 - 10_000_000,
+            "{what}: {charged} ns charged, the kernel counted at least {at_least}"
+        );
+    }
+}
+
+/// A duration as Debug prints it ("17ms", "1.5ms", "100µs", "1s").
+pub fn debug_duration(s: &str) -> Option<std::time::Duration> {
+    let at = s.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let n: f64 = s[..at].parse().ok()?;
+    let unit = match &s[at..] {
+        "ns" => 1e-9,
+        "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs_f64(n * unit))
+}
+
+/// A run's summary of its overload (crates/engine/src/budget.rs: "overloaded: X of Y intervals
+/// read only part of the containers; each was read every A on average then, and at least
+/// every B"): (X, Y, B). None: it never was.
+pub fn overloaded(err: &str) -> Option<(u64, u64, std::time::Duration)> {
+    let line = err.lines().find_map(|l| l.split("overloaded: ").nth(1))?;
+    let mut w = line.split_whitespace();
+    let cut = w.next()?.parse().ok()?;
+    let all = w.nth(1)?.parse().ok()?;
+    let least = line.split("at least every ").nth(1)?.split_whitespace().next()?;
+    Some((cut, all, debug_duration(least.trim_end_matches(|c: char| !c.is_alphanumeric()))?))
 }
