@@ -74,6 +74,6 @@ status=0
 phase "tests (host and guests)" cargo nextest run --workspace --locked --cargo-quiet --no-fail-fast \
   || status=1
 phase fuzz scripts/fuzz.sh "${CACHESCOPE_FUZZ_SECONDS:-10}" || status=1
-python3 scripts/lib/test-summary.py "$phases" "$tdir/nextest/default/junit.xml" "$CACHESCOPE_SKIPS" \
+python3 scripts/lib/test-summary.py "$phases" target/nextest/default/junit.xml "$CACHESCOPE_SKIPS" \
   "$CACHESCOPE_BOOT_LOG"
 exit $status
