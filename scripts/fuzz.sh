@@ -19,8 +19,14 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 root=$PWD
+mkdir -p "$root/target"
+# The instrumented build outside the clone, kept between runs (a fresh clone rebuilds only
+# the workspace's crates); CACHESCOPE_FUZZ_TARGET chooses another.
+fuzz_target=${CACHESCOPE_FUZZ_TARGET:-/var/cache/cachescope/target-fuzz}
+mkdir -p "$fuzz_target" 2>/dev/null && [ -w "$fuzz_target" ] || fuzz_target=$root/fuzz/target
+unset CARGO_TARGET_DIR
 # Built first, with its errors shown: a target that does not compile is a failure, not silence.
-if ! (cd fuzz && cargo +nightly fuzz build -O >"$root/target/fuzz-build.log" 2>&1); then
+if ! (cd fuzz && cargo +nightly fuzz build -O --target-dir "$fuzz_target" >"$root/target/fuzz-build.log" 2>&1); then
   grep -E '^(error|warning: unused)' -A12 "$root/target/fuzz-build.log" | head -60
   echo "fuzz: the fuzz targets do not build (target/fuzz-build.log)"
   exit 1
@@ -34,7 +40,7 @@ for t in "${targets[@]}"; do
   [ "$t" = scenario ] && seeds+=("$root/scenarios" "$root/testdata/scenarios")
   echo "== fuzz $t for ${secs}s"
   # -rss_limit_mb: an input that makes the program allocate beyond this is a finding.
-  (cd fuzz && cargo +nightly fuzz run -O "$t" "$corpus" "${seeds[@]}" -- \
+  (cd fuzz && cargo +nightly fuzz run -O --target-dir "$fuzz_target" "$t" "$corpus" "${seeds[@]}" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 2>&1) \
     | grep -E '^(#[0-9]+ *(DONE|INITED))|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|SUMMARY|panicked|Test unit written|artifact_prefix|==[0-9]+==' || true
   mkdir -p fuzz/artifacts/"$t"

@@ -48,16 +48,25 @@ fn kernel_module_under_qemu() {
         );
         return;
     }
-    let mut matrix = Vec::new();
-    for kernel in kernels() {
-        let started = std::time::Instant::now();
-        check_kernel(&kernel);
-        matrix.push(format!(
-            "{kernel}: builds (W=1), loads, test passes, dmesg clean, in {:.0} s",
-            started.elapsed().as_secs_f64()
-        ));
-    }
-    println!("the module's kernels:\n{}", matrix.join("\n"));
+    // Every kernel is checked whatever another did: each one's verdict is printed, and the
+    // failure names every kernel that failed.
+    let kernels = kernels();
+    common::rdt::judge(
+        kernels
+            .iter()
+            .map(|kernel| {
+                let check: Box<dyn FnOnce()> = Box::new(move || {
+                    let started = std::time::Instant::now();
+                    check_kernel(kernel);
+                    println!(
+                        "{kernel}: builds (W=1), loads, test passes, dmesg clean, in {:.0} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                });
+                (kernel.clone(), check)
+            })
+            .collect(),
+    );
 }
 
 /// Builds the module for `kernel`, boots it with kmod/test/guest.sh and checks what it said.
@@ -159,13 +168,16 @@ fn check_kernel(kernel: &str) {
     // switch probe (pick_next_task under lockdep and KASAN, tens of microseconds per switch
     // under TCG) is charged to the task leaving, and the idle one's few milliseconds of
     // start-up are switched out often by the busy loops on its CPU (seen: +4.6 to +11.4 %).
-    // The bug this catches (others' work under its RMID) charged twice its CPU time.
+    // The bug this catches (others' work under its RMID) charged twice its CPU time. Two
+    // milliseconds of slack, not one: with the guest beside the host's other tests (the suite
+    // runs them side by side), 6.1-rt's idle container was charged 1.1 ms more than its 3.6 ms
+    // once, the stretched switch paths of its start-up.
     let idle = sum("idle", "mbm_total_bytes");
     let idle_ns = num("idle_usage_usec") * 1000;
     let slack = if kernel == "debug" { 125 } else { 102 };
     println!("{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU");
     assert!(
-        idle <= idle_ns * slack / 100 + 1_000_000,
+        idle <= idle_ns * slack / 100 + 2_000_000,
         "{kernel}: the idle container was charged {idle} bytes for {idle_ns} ns"
     );
 

@@ -413,18 +413,22 @@ fn import_images(cri: &Cri, image: &str, ctr: &str) {
     if sandbox_image != PAUSE {
         sh(&format!("{ctr} -n k8s.io images tag --force {PAUSE} {sandbox_image} >/dev/null"));
     }
-    // The CRI's image store follows containerd's events (2.x: a moment after the import).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = cri.rt.block_on(cri.images.clone().image_status(cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec { image: image.to_string(), ..Default::default() }),
-            verbose: false,
-        }));
-        if seen.is_ok_and(|r| r.into_inner().image.is_some()) {
-            break;
+    // The CRI's image store follows containerd's events (2.x: a moment after the import): both
+    // images seen before a pod is asked for (a sandbox image not seen yet is pulled, and there is
+    // no registry: a CI run's pod failed so). A ceiling only a hang reaches.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for wanted in [image, sandbox_image.as_str()] {
+        loop {
+            let seen = cri.rt.block_on(cri.images.clone().image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec { image: wanted.to_string(), ..Default::default() }),
+                verbose: false,
+            }));
+            if seen.is_ok_and(|r| r.into_inner().image.is_some()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the CRI does not see {wanted}");
+            std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(Instant::now() < deadline, "the CRI does not see {image}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -493,11 +493,20 @@ fn host_drive_case(pmu: &str, source: &str) {
     if emulated.contains("CPU time") {
         // The engine's own relation (README): CPU time × 1 GB/s per CPU-second, a byte per ns,
         // in the rows that have both (a series' first read is its counters' baseline); the
-        // emulated counters count whole upscale units, a unit at each end of a series.
+        // emulated counters count whole upscale units, a unit at each end of a series, and
+        // an interval's CPU time may reach them an interval late, so one row's CPU time at an
+        // end of each series may be in the one and not the other (a CI run: 993,906 B short
+        // of 1.89 s: about one 1 ms interval).
         let upscale: i64 = md.get("cachescope.upscale_bytes").unwrap().parse().unwrap();
         let both: i64 = busy.iter().filter(|r| r.total.is_some()).filter_map(|r| r.cpu_ns).sum();
         let series = busy.iter().map(|r| r.domain).collect::<std::collections::BTreeSet<_>>().len() as i64;
-        assert!((mbm - both).abs() <= 2 * upscale * series, "{mbm} bytes for {both} ns of CPU time");
+        let largest = busy.iter().filter_map(|r| r.cpu_ns).max().unwrap_or(0);
+        println!(
+            "the engine's relation: {mbm} B for {both} ns ({:+} B; slack {} B)",
+            mbm - both,
+            (2 * upscale + largest) * series
+        );
+        assert!((mbm - both).abs() <= (2 * upscale + largest) * series, "{mbm} bytes for {both} ns of CPU time");
         assert!(busy.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     }
     assert!(mbm > 0 && cpu > 0, "{mbm} bytes, {cpu} ns");
