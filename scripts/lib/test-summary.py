@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The closing lines of scripts/test.sh, from what the run left behind:
 
-    test-summary.py PHASES JUNIT SKIPS BOOTS
+    test-summary.py PHASES SKIPS BOOTS JUNIT...
 
-PHASES: "name seconds" lines; JUNIT: cargo-nextest's JUnit file; SKIPS: the lines
-cachescope_testkit::skip appended (a skipped test passed for the harness); BOOTS: the lines
-scripts/guest-qemu.sh appended, one per guest boot. Prints the time of each phase, the ten
+PHASES: "name seconds" lines; SKIPS: the lines cachescope_testkit::skip appended (a skipped
+test passed for the harness); BOOTS: the lines scripts/guest-qemu.sh appended, one per guest
+boot; JUNIT: cargo-nextest's JUnit files (one per run). Prints the time of each phase, the ten
 slowest tests, the guests' boots and one summary line; exits 0 (the phases' own exit
 statuses decide the run).
 """
@@ -23,7 +23,8 @@ def lines(path):
 
 
 def main():
-    phases_path, junit_path, skips_path, boots_path = sys.argv[1:5]
+    phases_path, skips_path, boots_path = sys.argv[1:4]
+    junit_paths = sys.argv[4:]
 
     print("time of each phase:")
     total = 0
@@ -35,12 +36,13 @@ def main():
 
     cases = []
     failed = []
-    try:
-        root = ET.parse(junit_path).getroot()
-    except (OSError, ET.ParseError) as e:
-        print(f"no test results ({junit_path}: {e})")
-        root = None
-    if root is not None:
+    roots = []
+    for junit_path in junit_paths:
+        try:
+            roots.append(ET.parse(junit_path).getroot())
+        except (OSError, ET.ParseError) as e:
+            print(f"no test results ({junit_path}: {e})")
+    for root in roots:
         for suite in root.iter("testsuite"):
             for case in suite.iter("testcase"):
                 name = f"{suite.get('name', '?')} {case.get('name', '?')}"

@@ -168,16 +168,15 @@ fn check_kernel(kernel: &str) {
     // switch probe (pick_next_task under lockdep and KASAN, tens of microseconds per switch
     // under TCG) is charged to the task leaving, and the idle one's few milliseconds of
     // start-up are switched out often by the busy loops on its CPU (seen: +4.6 to +11.4 %).
-    // The bug this catches (others' work under its RMID) charged twice its CPU time. Two
-    // milliseconds of slack, not one: with the guest beside the host's other tests (the suite
-    // runs them side by side), 6.1-rt's idle container was charged 1.1 ms more than its 3.6 ms
-    // once, the stretched switch paths of its start-up.
+    // The bug this catches (others' work under its RMID) charged twice its CPU time. With the
+    // guest beside the host's other tests, 6.1-rt's idle container was charged 1.3 and 1.9
+    // times its CPU time in two CI runs: scripts/test.sh runs this test alone.
     let idle = sum("idle", "mbm_total_bytes");
     let idle_ns = num("idle_usage_usec") * 1000;
     let slack = if kernel == "debug" { 125 } else { 102 };
     println!("{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU");
     assert!(
-        idle <= idle_ns * slack / 100 + 2_000_000,
+        idle <= idle_ns * slack / 100 + 1_000_000,
         "{kernel}: the idle container was charged {idle} bytes for {idle_ns} ns"
     );
 
