@@ -60,15 +60,6 @@ fn used(dir: &Path) -> u64 {
     cpu_usage_usec(dir).unwrap()
 }
 
-/// How often `pid` (one thread) was switched out: its stints on a CPU number one more.
-fn switches(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 /// A lower bound of the slot boundaries a task crossed while on a CPU: `ran_ms` on a CPU in
 /// `stints` stretches crosses at least `ran_ms - stints` of them; `armed_late_ms` for the
 /// start of a stretch before its timer was armed. A tick timer runs at each one, in a slot of
@@ -176,7 +167,7 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
         }
     }
     // cpu.stat and the stints inside BPF's window: read before the last drain.
-    let (u1, stints) = (used(&busy), switches(busy_pid) + 1);
+    let (u1, stints) = (used(&busy), cachescope_testkit::ctxt_switches(busy_pid) + 1);
     let (rest, end) = drain_bracketed(&mut attr, &mut per_cpu, &cpus);
     rows.extend(rest);
     let mut by_cg: BTreeMap<u64, u64> = BTreeMap::new();
@@ -266,7 +257,7 @@ fn ticks_run_only_where_followed_tasks_run() {
     let phase = |a: &mut Attribution| {
         let _ = a.drain_all().unwrap();
         let r0 = runs(a);
-        let (u0, s0, t0) = (used(&busy), switches(pid), Instant::now());
+        let (u0, s0, t0) = (used(&busy), cachescope_testkit::ctxt_switches(pid), Instant::now());
         let mut slots = std::collections::BTreeSet::new();
         let mut keep = |rows: Vec<SlotRow>| slots.extend(rows.iter().filter(|r| r.cgroup_id == id).map(|r| r.slot));
         while used(&busy) < u0 + 300_000 {
@@ -274,7 +265,7 @@ fn ticks_run_only_where_followed_tasks_run() {
             std::thread::sleep(Duration::from_millis(20));
             keep(a.drain().unwrap());
         }
-        let (u1, s1, took) = (used(&busy), switches(pid), t0.elapsed());
+        let (u1, s1, took) = (used(&busy), cachescope_testkit::ctxt_switches(pid), t0.elapsed());
         keep(a.drain_all().unwrap());
         (runs(a) - r0, slots.len() as u64, (u1 - u0) / 1000, s1 - s0 + 1, took)
     };

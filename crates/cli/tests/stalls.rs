@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{bin, parquet_files, sandbox};
+use common::{bin, parquet_files, sandbox, uncharged_ns};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,25 +40,6 @@ struct Seen {
     report: String,
 }
 
-/// irq + softirq + steal of every CPU so far, in ns, from /proc/stat.
-fn uncharged_ns() -> i64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu")).unwrap();
-    let f: Vec<i64> = line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    (f[5] + f[6] + f[7]) * 1_000_000_000 / hz
-}
-
-/// How often `pid` (one thread) was switched out.
-fn switches(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 /// Record a busy and an idle container with eBPF CPU time, `stall(pid)` 2.5 s in (it returns
 /// when the stall is over), for `secs` in all.
 /// One stall at a time: four busy loops side by side on a 2-CPU host leave each whole 1 ms
@@ -78,7 +59,8 @@ fn stalled(name: &str, secs: u32, stall: impl FnOnce(u32)) -> Option<Seen> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rec");
     let usage = || cachescope_cgroups::cpu_usage_usec(&sb.dir().join("busy")).unwrap() as i64 * 1000;
-    let (t0, usage0, uncharged0, switches0) = (Instant::now(), usage(), uncharged_ns(), switches(busy_pid));
+    let (t0, usage0, uncharged0, switches0) =
+        (Instant::now(), usage(), uncharged_ns(), cachescope_testkit::ctxt_switches(busy_pid));
     let run = common::Started::spawn(
         bin()
             .args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{}/*", sb.rel())])
@@ -93,7 +75,8 @@ fn stalled(name: &str, secs: u32, stall: impl FnOnce(u32)) -> Option<Seen> {
     let stalled_to = usage();
     let (status, err) = run.finish();
     let (usage_ns, wall_ns) = (usage() - usage0, t0.elapsed().as_nanos() as i64);
-    let (uncharged_ns, busy_switches) = (uncharged_ns() - uncharged0, switches(busy_pid) - switches0);
+    let (uncharged_ns, busy_switches) =
+        (uncharged_ns() - uncharged0, cachescope_testkit::ctxt_switches(busy_pid) - switches0);
     let usage_inside_ns = stalled_to - before.unwrap_or_else(|| panic!("no start line: {err}"));
     assert!(status.success(), "{err}");
     let files = parquet_files(&out);

@@ -43,6 +43,19 @@ pub fn skip(why: impl Display) {
     }
 }
 
+/// How often `pid` (one thread) was switched out so far, voluntarily or not (its
+/// /proc/PID/status): its stints on a CPU number one more.
+pub fn ctxt_switches(pid: u32) -> u64 {
+    let path = format!("/proc/{pid}/status");
+    let s = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    s.lines()
+        .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+        .map(|l| {
+            l.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or_else(|| panic!("{path}: {l}"))
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
