@@ -95,6 +95,21 @@ pub struct PmuColumns {
     orphan_count: usize,
     /// Orphan slots of a container just followed, for the next drain.
     ready: Vec<PmuSample>,
+    /// When perf's counters were last read (CLOCK_MONOTONIC).
+    last_read: Option<Duration>,
+}
+
+/// Counts read at `now` that accrued since `prev`, for rows that end at `wake` (a sample time
+/// the read came late for): the part before `wake`, in proportion to the time (as a steady
+/// rate would give), and the rest. None where `wake` does not fall inside (`prev`, `now`).
+fn split_at(values: &[u64], prev: Duration, wake: Duration, now: Duration) -> Option<(Vec<u64>, Vec<u64>)> {
+    if !(prev < wake && wake < now) {
+        return None;
+    }
+    let f = (wake - prev).as_nanos() as f64 / (now - prev).as_nanos() as f64;
+    let before: Vec<u64> = values.iter().map(|&v| ((v as f64 * f).round() as u64).min(v)).collect();
+    let after = values.iter().zip(&before).map(|(&v, &b)| v - b).collect();
+    Some((before, after))
 }
 
 /// How long slots of a cgroup no container holds are kept, waiting for one to be found.
@@ -165,6 +180,7 @@ impl PmuColumns {
             orphans: HashMap::new(),
             orphan_count: 0,
             ready: Vec::new(),
+            last_read: None,
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -366,7 +382,7 @@ impl PmuSource for PmuColumns {
         }
     }
 
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
+    fn drain(&mut self, wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
         match &mut self.src {
             Source::Bpf(a) => {
                 let slot_ns = a.slot_ns();
@@ -420,11 +436,26 @@ impl PmuSource for PmuColumns {
             Source::Perf(col) => {
                 let deltas = col.sample().map_err(PartError::failed)?;
                 let now = monotonic();
+                // What accrued up to the wake-up's sample time is that time's; the rest, the
+                // next rows'. At the run's end that rest lies past every row, as it should: a
+                // recorder stalled across its last wake-up read 450 ms after its last rows and
+                // lost that CPU time when the whole read was stamped `now`.
+                let prev = self.last_read.replace(now);
                 self.reads += 1;
                 for d in deltas {
                     let Some(meta) = self.by_id.get(&d.id).cloned() else { continue };
-                    let s = self.sample(&meta, d.domain, now, &d.values);
-                    out.push(s);
+                    match prev.and_then(|p| split_at(&d.values, p, wake, now)) {
+                        Some((before, after)) => {
+                            let s = self.sample(&meta, d.domain, wake, &before);
+                            out.push(s);
+                            let s = self.sample(&meta, d.domain, now, &after);
+                            out.push(s);
+                        }
+                        None => {
+                            let s = self.sample(&meta, d.domain, now, &d.values);
+                            out.push(s);
+                        }
+                    }
                 }
                 Ok(now)
             }
@@ -458,5 +489,29 @@ impl PmuSource for PmuColumns {
             return None;
         }
         Some(format!("CPUs used ({how}): {}", per.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_at;
+    use std::time::Duration;
+
+    #[test]
+    fn a_late_read_is_split_at_the_sample_time_in_proportion() {
+        let ms = Duration::from_millis;
+        // Read 450 ms after the last rows' time, 500 ms after the previous read: a tenth of
+        // what accrued belongs to those rows.
+        let (before, after) = split_at(&[1_000, 7, 0], ms(1_500), ms(1_550), ms(2_000)).unwrap();
+        assert_eq!(before, [100, 1, 0]);
+        assert_eq!(after, [900, 6, 0]);
+        // Nothing is lost to rounding, even near u64's end.
+        let (b, a) = split_at(&[u64::MAX], ms(0), ms(1), ms(3)).unwrap();
+        assert_eq!(b[0].checked_add(a[0]), Some(u64::MAX));
+        // A read at or before the sample time (on time, or a virtual clock ahead of it), or
+        // a sample time before the previous read: nothing to split.
+        assert!(split_at(&[5], ms(10), ms(20), ms(20)).is_none());
+        assert!(split_at(&[5], ms(10), ms(30), ms(20)).is_none());
+        assert!(split_at(&[5], ms(10), ms(10), ms(20)).is_none());
     }
 }

@@ -89,7 +89,14 @@ pub trait PmuSource {
     fn unfollow(&mut self, id: &str);
     /// Move the completed slots into `out`; returns the watermark: every slot ending at or
     /// before it (CLOCK_MONOTONIC) has been delivered. An error ends counting.
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration>;
+    ///
+    /// `wake` is the run's sample time this drain belongs to (CLOCK_MONOTONIC). A source that
+    /// reads its counters in user space, after that time when the wake-up is late, gives what
+    /// accrued before it to that time (rows end there) and the rest to the instant of the
+    /// read: stamped wholly at the read, a late last wake-up's counts fell past every row (a
+    /// recorder stalled 450 ms lost that much CPU time). Sources whose slots carry the
+    /// kernel's times ignore it.
+    fn drain(&mut self, wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration>;
     /// After [`PmuSource::drain`]: a time whose counts are incomplete, found by that drain.
     fn gap(&mut self) -> Option<Gap> {
         None

@@ -21,7 +21,7 @@ use crate::sink::{Flow, RunStatus, Sink};
 use crate::slots::Slots;
 use crate::world::World;
 use crate::{FastMap, FastSet};
-use cachescope_platform::clock::{realtime_ns, thread_cpu};
+use cachescope_platform::clock::{realtime_ns_at, thread_cpu};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -246,9 +246,10 @@ impl State {
         Ok(read_cost)
     }
 
-    fn drain_pmu(&mut self) {
+    /// Drain the PMU source for the sample time `at` (run time).
+    fn drain_pmu(&mut self, at: Duration) {
         let Some(pmu) = self.p.pmu.as_mut() else { return };
-        match pmu.drain(&mut self.drained) {
+        match pmu.drain(self.origin + at, &mut self.drained) {
             Ok(mark) => {
                 self.join.push(&mut self.drained);
                 self.watermark = Some(mark.saturating_sub(self.origin));
@@ -402,7 +403,10 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         p: parts,
         interval: opts.interval,
         slots: Slots::default(),
-        derive: Derive::new(info.mbm_width, info.mbm_unit, realtime_ns()).with_correction(info.mbm_correction),
+        // The wall clock at the run's origin, not at this line: the start's work before it
+        // (and a preemption) would shift every row's time.
+        derive: Derive::new(info.mbm_width, info.mbm_unit, realtime_ns_at(clock.origin()))
+            .with_correction(info.mbm_correction),
         join: Join::default(),
         counted,
         origin: clock.origin(),
@@ -428,7 +432,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
     let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);
     // Clean up in order, whatever happened: the rows still held, the backend's changes, the
     // sources, the sinks.
-    st.drain_pmu();
+    st.drain_pmu(st.step);
     if let Some(k) = st.p.pmu.as_mut().and_then(|p| p.kernel_cpu()) {
         st.messages.push(k.describe());
     }
@@ -504,7 +508,7 @@ fn run_loop(
         // driven by it needs its counts before it advances); a backend read from user space
         // reads now and its rows wait for their PMU slots.
         if st.p.pmu.is_some() && (info.sampling != Sampling::Tick || t.saturating_sub(last_drain) >= drain_every) {
-            st.drain_pmu();
+            st.drain_pmu(t);
             last_drain = t;
         }
         let limit = match (info.sampling, st.watermark) {
@@ -547,7 +551,7 @@ fn run_loop(
         if period >= opts.status_every || last {
             // Rows up to now first, so the status closes the period they belong to.
             if st.p.pmu.is_some() && info.sampling == Sampling::Tick {
-                st.drain_pmu();
+                st.drain_pmu(t);
                 last_drain = t;
                 if st.release(false) == Flow::Stop {
                     flow = Flow::Stop;

@@ -13,6 +13,17 @@ pub fn realtime_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
+/// The wall clock's reading (ns since the epoch) at the past CLOCK_MONOTONIC instant `mono`:
+/// the two clocks read back to back, the wall clock between two monotonic readings, so a
+/// thread preempted since `mono` (a loaded host: hundreds of ms) does not shift it.
+pub fn realtime_ns_at(mono: Duration) -> i64 {
+    let before = monotonic();
+    let real = realtime_ns();
+    let after = monotonic();
+    let now = before + (after - before) / 2;
+    real.saturating_sub(now.saturating_sub(mono).as_nanos().min(i64::MAX as u128) as i64)
+}
+
 /// CPU time the calling thread has used: what work costs, whatever else the machine runs
 /// (wall time between two points also counts the time the thread was preempted).
 pub fn thread_cpu() -> Duration {
@@ -56,5 +67,20 @@ mod tests {
         assert_eq!(super::utc_civil(951_782_400), (2000, 2, 29, 0, 0, 0));
         assert_eq!(super::utc_civil(1_795_654_518), (2026, 11, 26, 0, 55, 18));
         assert_eq!(super::utc_civil(-1), (1969, 12, 31, 23, 59, 59));
+    }
+
+    /// The wall clock at a past instant is that instant's, not the reading's: 30 ms later it
+    /// still names the earlier time (bounded by readings taken around it; the upper bound is
+    /// exact whatever the load, the lower one allows a preemption between two reads).
+    #[test]
+    fn the_wall_clock_at_a_past_instant() {
+        let before = super::realtime_ns();
+        let mono = super::monotonic();
+        let after = super::realtime_ns();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let at = super::realtime_ns_at(mono);
+        let now = super::realtime_ns();
+        assert!(at <= now - 30_000_000, "{at} is not 30 ms before {now}");
+        assert!(at >= before - 1_000_000_000 && at <= after + 1_000_000_000, "{before} {at} {after}");
     }
 }

@@ -303,7 +303,7 @@ impl PmuSource for FakePmu {
     fn unfollow(&mut self, id: &str) {
         self.followed.retain(|m| m.id != id);
     }
-    fn drain(&mut self, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
+    fn drain(&mut self, _wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
         while self.next < self.origin + Duration::from_secs(1) {
             self.next += Duration::from_millis(1);
             for m in &self.followed {
