@@ -71,8 +71,14 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Another apt (unattended-upgrades on a fresh cloud VM) may hold the lock: wait for it,
+  # saying so, rather than fail in a second.
+  if command -v fuser >/dev/null && fuser /var/lib/dpkg/lock-frontend /var/lib/apt/lists/lock >/dev/null 2>&1; then
+    echo "setup: another apt-get or dpkg is running; waiting up to 10 minutes for its lock" >&2
+  fi
+  lock=(-o DPkg::Lock::Timeout=600)
+  $SUDO apt-get "${lock[@]}" update -qq
+  $SUDO apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
