@@ -15,6 +15,8 @@
 #                            for every vCPU; kmod/README.md says when that matters)
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
+#   CACHESCOPE_QEMU_MITIGATIONS=on  the kernel's CPU-vulnerability mitigations as it chooses
+#                            them (default: mitigations=off; see below)
 #   CACHESCOPE_QEMU_EXTRA    more programs for the guest's /bin ("path ...")
 #   CACHESCOPE_QEMU_TREE     directories copied as they are into the guest's root ("dir ..."):
 #                            programs that bring their own libraries (scripts/debian-crun.sh)
@@ -104,12 +106,20 @@ chmod +x "$root/init"
 # stress, and the others keep the spurious-interrupt check.
 irqdebug=
 case $kernel in *rt*) irqdebug=noirqdebug ;; esac
+# mitigations=off: under TCG page-table isolation (Intel models) reloads CR3 at every kernel
+# entry and exit, and each reload flushes TCG's software TLB; the return thunks and barriers
+# of the others cost more instructions. None of it guards anything in a throwaway guest, and
+# nothing the tests check depends on it (the device, resctrl and the module see the same
+# accesses).
+mitigations=mitigations=off
+[ "${CACHESCOPE_QEMU_MITIGATIONS:-}" = on ] && mitigations=
+
 booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${CACHESCOPE_QEMU_APPEND:-}" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} ${CACHESCOPE_QEMU_APPEND:-}" \
   -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || rc=$?
 # A guest that did not end well: the console's last lines, which hold what the kernel said
 # (a guest whose serial output stopped reports only there), without the recordings' base64.

@@ -138,7 +138,11 @@ while [ $i -lt 50 ]; do
 done
 say load_cycles=$i
 # 200 cgroups made, entered and removed while a session samples: each one is tagged at mkdir
-# and its RMID goes to limbo at rmdir, while the timer samples.
+# and its RMID goes to limbo at rmdir, while the timer samples. The debug kernel churns 50
+# (cs_churn=50, crates/cli/tests/kmod.rs): each one costs it 0.32 s of TCG time (forking under
+# KASAN and lockdep), 64 s of its 167 s boot for 200, and 50 still send each of its 16 RMIDs
+# through limbo three times; its checkers report a path's first fault.
+CHURN=${cs_churn:-200}
 insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=16
 cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 120s \
     >/tmp/churn.jsonl 2>/tmp/churn.err &
@@ -146,7 +150,7 @@ CS=$!
 sleep 1
 mkdir -p /sys/fs/cgroup/churn
 i=0
-while [ $i -lt 200 ]; do
+while [ $i -lt "$CHURN" ]; do
   mkdir /sys/fs/cgroup/churn/c$i || break
   sh -c "echo \$\$ > /sys/fs/cgroup/churn/c$i/cgroup.procs; i=0; while [ \$i -lt 200 ]; do i=\$((i + 1)); done"
   rmdir /sys/fs/cgroup/churn/c$i || break

@@ -19,8 +19,12 @@ else
   mount -t tmpfs tmp /tmp
   mount -t cgroup2 none /sys/fs/cgroup
 fi
-# A line the host-side test reads: "CS-RESULT key=value".
-say() { echo "CS-RESULT $*"; }
+# A line the host-side test reads: "CS-RESULT key=value"; and when it was said (seconds since
+# boot), so that a console log shows where a guest's time went.
+say() {
+  echo "CS-RESULT $*"
+  read -r up _ </proc/uptime 2>/dev/null && echo "CS-AT $up ${1%%=*}"
+}
 # The end: written data out, power off (QEMU exits). CS-END tells scripts/guest-qemu.sh the
 # script got here: a guest that reboots (a panic, with panic=-1) also makes QEMU exit 0.
 finish() {

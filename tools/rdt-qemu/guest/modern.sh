@@ -177,6 +177,16 @@ if [ "${cs_mode:-}" = assign ]; then
   kill -CONT $PIN
   wait $PIN
   say stream_pin="$(line /tmp/pin.out)"
+  # Ended (SIGTERM) once every container has had a measured row, what the test asks of the
+  # rotation: about 25 s here; the 50 s --duration is only the ceiling.
+  _w=0
+  while kill -0 $CS 2>/dev/null && [ $_w -lt 600 ]; do
+    [ "$(grep '"mbm_total_bytes":[0-9]' /tmp/rows.jsonl | grep -o '"cgroup_path":"ctr/[a-z0-9]*"' | sort -u | wc -l)" -ge 100 ] && break
+    sleep 1
+    _w=$((_w + 1))
+  done
+  say measured_at_stop="$(grep '"mbm_total_bytes":[0-9]' /tmp/rows.jsonl | grep -o '"cgroup_path":"ctr/[a-z0-9]*"' | sort -u | wc -l)"
+  kill -TERM $CS 2>/dev/null
   wait $CS
   say monitor_exit=$?
   say on_mkdir_after="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
