@@ -92,6 +92,26 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
     assert!(during < before * 3 / 4, "the thrasher took the victim's lines: {before} -> {during}");
     assert!(num(r, "thrash_occ") > llc / 2);
     assert_eq!(num(r, "thrash_mbm_ok"), 1);
+
+    // CLFLUSH: the lines leave the group that filled them (written back, being dirty), and
+    // the reader after the flush fills them under its own (the model before: 4 KiB of 1 MiB
+    // to the reader, the rest left with the writer). Its bookkeeping (exec, stack, the tasks
+    // file) is the slack.
+    let w = llc / 4;
+    let (a, b, a_mbm) = (num(r, "flush_a_occ"), num(r, "flush_b_occ"), num(r, "flush_a_mbm"));
+    println!("{vendor} flush: writer keeps {a} B, reader after the flush {b} B of {w} ({:+.1} %), writer wrote back {a_mbm} B", 100.0 * (b - w) as f64 / w as f64);
+    assert!(a < w / 10, "the flushed lines left their writer: {a} B kept");
+    assert!((b - w).abs() <= w / 10, "the reader after the flush holds its {w} B: {b}");
+    assert!(a_mbm >= w, "the dirty lines were written back: {a_mbm} B for {w}");
+    // Non-temporal stores: bandwidth, no occupancy. Counted from before the flush of the
+    // buffer its set-up dirtied: that write-back (half the LLC) and the stores.
+    let (occ, moved, stored) = (num(r, "nt_occ"), num(r, "nt_mbm"), num(r, "nt_stored"));
+    println!(
+        "{vendor} non-temporal: {stored} B stored, {moved} B counted ({:+.1} %), {occ} B held",
+        100.0 * (moved - stored) as f64 / stored as f64
+    );
+    assert!(occ < llc / 10, "non-temporal stores do not allocate: {occ} B held");
+    assert!(moved >= stored && moved <= stored + llc / 2 + llc / 16, "{moved} B counted for {stored} B stored");
     assert!(!r.contains_key("rmdir_failed"), "rmdir {}", r["rmdir_failed"]);
 }
 

@@ -41,6 +41,7 @@ run() {
   g=$1; shift
   mkdir -p "$R/mon_groups/$g"
   taskset 0x1 sh -c "echo \$\$ > $R/mon_groups/$g/tasks && exec $*" >"/tmp/$g.out" 2>&1 &
+  LAST_PID=$!
   PIDS="$PIDS $!"
 }
 # finished: waits for the workloads started with run (not for the flushers, which stay).
@@ -153,6 +154,31 @@ say thrash_mbm_ok="$([ "$(mbm thrash)" -gt $((LLC * 4)) ] && echo 1 || echo 0)"
 kill $PIDS
 finished
 
-for g in quarter half idle stream victim thrash; do rmdir "$R/mon_groups/$g" || say rmdir_failed="$g"; done
+# Flushes (the kernel's CMT selftest): a quarter of the LLC written in group fa, every line
+# flushed, then read by the same process from group fb: fb holds the lines, fa none, and fa's
+# counter has the dirty lines' write-backs. Non-temporal stores: half the LLC stored 4 times in
+# group nt moves 2 LLCs to memory and leaves nothing cached.
+mkdir -p "$R/mon_groups/fa" "$R/mon_groups/fb"
+fa_mbm0="$(mbm fa)"
+run fa rdt-work flush $((LLC / 4)) "$R/mon_groups/fb/tasks" 60
+ready fa
+say flush_a_occ="$(occ fa)"
+say flush_b_occ="$(occ fb)"
+say flush_a_mbm="$(($(mbm fa) - fa_mbm0))"
+run nt env RDT_WORK_STOP=1 rdt-work ntstore $((LLC / 2)) 4 60
+n=0
+until grep -q allocated /tmp/nt.out 2>/dev/null || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+# Counted from here: the flush of its (dirty) buffer, then the non-temporal passes.
+nt_mbm0="$(mbm nt)"
+kill -CONT $LAST_PID
+ready nt
+say nt_occ="$(occ nt)"
+say nt_mbm="$(($(mbm nt) - nt_mbm0))"
+say nt_stored="$(sed -n 's/^stored=//p' /tmp/nt.out)"
+# shellcheck disable=SC2086 # a list of pids
+kill $PIDS
+finished
+
+for g in quarter half idle stream victim thrash fa fb nt; do rmdir "$R/mon_groups/$g" || say rmdir_failed="$g"; done
 say done=1
 finish

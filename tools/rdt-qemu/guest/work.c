@@ -10,6 +10,13 @@
  *   rdt-work hold BYTES SECONDS        write and read a BYTES buffer once, then sleep keeping it
  *                                      (pushes every other line out of the LLC; the pages stay
  *                                      allocated, so the next workload's pages are not cached)
+ *   rdt-work flush BYTES TASKS SECONDS write a BYTES buffer, CLFLUSH every line and MFENCE (as
+ *                                      the kernel's CMT selftest does), move itself to the
+ *                                      resctrl group whose tasks file is TASKS, read the buffer
+ *                                      once and sleep keeping it: the lines are the new group's
+ *   rdt-work ntstore BYTES PASSES SECONDS  write a BYTES buffer, CLFLUSH it, then write it
+ *                                      PASSES times with non-temporal stores (MOVNTDQ, as glibc's
+ *                                      memset above its threshold) and sleep: bandwidth, no lines
  *
  * With RDT_WORK_STOP=1, touch, thrash and stream print "allocated" once their buffer is written
  * and read, and stop themselves (SIGSTOP) until continued: the caller can then push every line
@@ -37,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <emmintrin.h>
 
 #define LINE 64
 
@@ -127,6 +135,27 @@ static uint8_t *buffer(uint64_t bytes)
 		raise(SIGSTOP);
 	}
 	return buf;
+}
+
+/* Every line of the buffer out of the caches, written back where dirty. */
+static void flush_all_lines(uint8_t *buf, uint64_t bytes)
+{
+	uint64_t i;
+
+	for (i = 0; i < bytes; i += LINE)
+		_mm_clflush(buf + i);
+	_mm_mfence();
+}
+
+/* Moves the calling process into the resctrl group whose tasks file is FILE. */
+static void move_to(const char *file)
+{
+	FILE *f = fopen(file, "w");
+
+	if (!f || fprintf(f, "%d\n", getpid()) < 0 || fclose(f) != 0) {
+		fprintf(stderr, "rdt-work: cannot move into %s\n", file);
+		exit(1);
+	}
 }
 
 int main(int argc, char **argv)
@@ -221,6 +250,38 @@ int main(int argc, char **argv)
 		free(mark);
 		return 0;
 	}
-	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS | now\n");
+	if (argc == 5 && !strcmp(argv[1], "flush")) {
+		uint64_t bytes = size_arg(argv[2]);
+		uint8_t *buf;
+
+		unsetenv("RDT_WORK_STOP");
+		buf = buffer(bytes);
+		pass(buf, bytes, 1);	/* every line dirty */
+		flush_all_lines(buf, bytes);
+		move_to(argv[3]);
+		sink += pass(buf, bytes, 0);
+		printf("ready\n");
+		fflush(stdout);
+		sleep(atoi(argv[4]));
+		return 0;
+	}
+	if (argc == 5 && !strcmp(argv[1], "ntstore")) {
+		uint64_t bytes = size_arg(argv[2]) & ~63ULL, passes = strtoull(argv[3], NULL, 10), p, i;
+		uint8_t *buf;
+		__m128i v = _mm_set1_epi8(7);
+
+		buf = buffer(bytes);
+		flush_all_lines(buf, bytes);
+		for (p = 0; p < passes; p++)
+			for (i = 0; i < bytes; i += 16)
+				_mm_stream_si128((__m128i *)(buf + i), v);
+		_mm_sfence();
+		printf("ready\nstored=%llu\n", (unsigned long long)(bytes * passes));
+		fflush(stdout);
+		sleep(atoi(argv[4]));
+		return 0;
+	}
+	fprintf(stderr, "usage: rdt-work touch|thrash|hold BYTES SECONDS | stream RATE SECONDS BUF | idle SECONDS | now"
+		" | flush BYTES TASKS SECONDS | ntstore BYTES PASSES SECONDS\n");
 	return 2;
 }

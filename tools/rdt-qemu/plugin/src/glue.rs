@@ -2,13 +2,17 @@
 //! accesses once the device says monitoring is in use, and the access callback that drives the
 //! domain's cache model and the device's counters.
 
+use crate::decode::{classify, Operand, Special};
 use crate::link::{RdtLink, VERSION};
 use crate::model::{Geometry, Llc, Sink};
 use qemu_plugin_sys::{
-    qemu_info_t, qemu_plugin_cb_flags, qemu_plugin_get_hwaddr, qemu_plugin_hwaddr_is_io, qemu_plugin_hwaddr_phys_addr,
-    qemu_plugin_id_t, qemu_plugin_mem_is_store, qemu_plugin_mem_rw, qemu_plugin_mem_size_shift, qemu_plugin_meminfo_t,
-    qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_trans_cb, qemu_plugin_tb, qemu_plugin_tb_get_insn,
-    qemu_plugin_tb_n_insns, QEMU_PLUGIN_VERSION,
+    qemu_info_t, qemu_plugin_cb_flags, qemu_plugin_get_hwaddr, qemu_plugin_get_registers, qemu_plugin_hwaddr_is_io,
+    qemu_plugin_hwaddr_phys_addr, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_size,
+    qemu_plugin_insn_vaddr, qemu_plugin_mem_is_store, qemu_plugin_mem_rw, qemu_plugin_mem_size_shift,
+    qemu_plugin_meminfo_t, qemu_plugin_read_register, qemu_plugin_reg_descriptor, qemu_plugin_register,
+    qemu_plugin_register_vcpu_init_cb, qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_mem_cb,
+    qemu_plugin_register_vcpu_tb_trans_cb, qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns,
+    qemu_plugin_translate_vaddr, GArray, GByteArray, QEMU_PLUGIN_VERSION,
 };
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -18,6 +22,10 @@ use std::sync::{Mutex, OnceLock};
 unsafe extern "C" {
     /// Exported by the patched QEMU (tools/rdt-qemu/patches): NULL until -device rdt exists.
     fn qemu_rdt_link() -> *mut RdtLink;
+    // GLib, from QEMU's process: the register API's buffers.
+    fn g_byte_array_new() -> *mut GByteArray;
+    fn g_byte_array_set_size(array: *mut GByteArray, len: c_uint) -> *mut GByteArray;
+    fn g_array_free(array: *mut GArray, free_segment: c_int) -> *mut c_char;
 }
 
 /// The API version this plugin was built against; QEMU refuses a plugin without it.
@@ -138,9 +146,7 @@ impl Sink for Counters<'_> {
 
 unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
     let Some(m) = model() else { return };
-    if vcpu >= m.link.nr_vcpus {
-        return;
-    }
+    let Some((cache, rmid, cbm, mut sink)) = vcpu_state(m, vcpu) else { return };
     // SAFETY: info and vaddr are this callback's own arguments, valid during it.
     let hw = unsafe { qemu_plugin_get_hwaddr(info, vaddr) };
     // SAFETY: hw came from qemu_plugin_get_hwaddr in this callback and is checked non-null.
@@ -151,6 +157,15 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
     let addr = unsafe { qemu_plugin_hwaddr_phys_addr(hw) };
     // SAFETY: info is this callback's argument.
     let (shift, store) = unsafe { (qemu_plugin_mem_size_shift(info), qemu_plugin_mem_is_store(info)) };
+    cache.with(|c| c.access(addr, 1u64 << shift.min(6), store, rmid, cbm, &mut sink));
+}
+
+/// The executing vCPU's domain, RMID and mask, and the domain's model (None: not a vCPU the
+/// device knows).
+fn vcpu_state(m: &'static Model, vcpu: c_uint) -> Option<(&'static Domain, u16, u64, Counters<'static>)> {
+    if vcpu >= m.link.nr_vcpus {
+        return None;
+    }
     let v = vcpu as usize;
     // SAFETY: the three arrays hold nr_vcpus entries and v is below it; vcpu_rmid is written
     // atomically by the vCPU's own thread (this one) in wrmsr, vcpu_cbm atomically by wrmsr on
@@ -162,25 +177,182 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
             AtomicU64::from_ptr(m.link.vcpu_cbm.add(v).cast_mut()).load(Ordering::Relaxed),
         )
     };
-    let (Some(cache), Ok(rmid)) = (m.domains.get(domain as usize), u16::try_from(rmid)) else { return };
-    let mut sink = Counters { link: m.link, base: domain as usize * m.link.nr_rmids as usize };
-    cache.with(|c| c.access(addr, 1u64 << shift.min(6), store, rmid, cbm, &mut sink));
+    let (Some(cache), Ok(rmid)) = (m.domains.get(domain as usize), u16::try_from(rmid)) else { return None };
+    Some((cache, rmid, cbm, Counters { link: m.link, base: domain as usize * m.link.nr_rmids as usize }))
+}
+
+/// A non-temporal store's access: to memory, without allocating (a load by such an
+/// instruction, which has none, would be an ordinary access).
+unsafe extern "C" fn on_nt_store(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
+    let Some(m) = model() else { return };
+    // SAFETY: info is this callback's argument.
+    if !unsafe { qemu_plugin_mem_is_store(info) } {
+        // SAFETY: the same arguments, passed on within the callback.
+        return unsafe { on_access(vcpu, info, vaddr, std::ptr::null_mut()) };
+    }
+    let Some((cache, rmid, _, mut sink)) = vcpu_state(m, vcpu) else { return };
+    // SAFETY: info and vaddr are this callback's own arguments, valid during it.
+    let hw = unsafe { qemu_plugin_get_hwaddr(info, vaddr) };
+    // SAFETY: hw came from qemu_plugin_get_hwaddr in this callback and is checked non-null.
+    if hw.is_null() || unsafe { qemu_plugin_hwaddr_is_io(hw) } {
+        return;
+    }
+    // SAFETY: as above.
+    let (addr, shift) = unsafe { (qemu_plugin_hwaddr_phys_addr(hw), qemu_plugin_mem_size_shift(info)) };
+    cache.with(|c| c.store_nt(addr, 1u64 << shift.min(6), rmid, &mut sink));
+}
+
+/// A flush instruction as translated: what it does and where the next one starts.
+struct FlushSite {
+    keep: bool,
+    at: Operand,
+    next_ip: u64,
+}
+
+/// Register handles by the encoding's numbers (0-15), then FS's and GS's bases: the same for
+/// every vCPU of a machine, found when the first one starts.
+struct Registers([usize; 18]);
+
+static REGISTERS: OnceLock<Option<Registers>> = OnceLock::new();
+
+const REGISTER_NAMES: [&str; 18] = [
+    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+    "fs_base", "gs_base",
+];
+
+unsafe extern "C" fn on_vcpu_init(_: qemu_plugin_id_t, _: c_uint) {
+    REGISTERS.get_or_init(|| {
+        // SAFETY: called in a vCPU's initialisation callback, as the API asks; the array is
+        // ours to free (not the names), and holds `len` descriptors.
+        let list = unsafe { qemu_plugin_get_registers() };
+        if list.is_null() {
+            return None;
+        }
+        let mut found = [0usize; 18];
+        // SAFETY: as above: `data` holds `len` qemu_plugin_reg_descriptor.
+        let descs = unsafe {
+            std::slice::from_raw_parts((*list).data.cast::<qemu_plugin_reg_descriptor>(), (*list).len as usize)
+        };
+        let mut n = 0;
+        for d in descs {
+            // SAFETY: each descriptor's name is a NUL-terminated string QEMU keeps.
+            let name = unsafe { std::ffi::CStr::from_ptr(d.name) }.to_string_lossy();
+            if let Some(i) = REGISTER_NAMES.iter().position(|r| *r == name) {
+                found[i] = d.handle as usize;
+                n += 1;
+            }
+        }
+        // SAFETY: the array from qemu_plugin_get_registers, freed once with its elements.
+        unsafe { g_array_free(list, 1) };
+        if n < REGISTER_NAMES.len() {
+            eprintln!(
+                "rdt plugin: {n} of the {} registers a flush's address needs: flushes not modelled",
+                REGISTER_NAMES.len()
+            );
+            return None;
+        }
+        Some(Registers(found))
+    });
+}
+
+thread_local! {
+    /// This vCPU thread's buffer for register reads.
+    static REG_BUF: std::cell::Cell<*mut GByteArray> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Register `handle`'s value, in a callback registered to read registers.
+fn read_register(handle: usize) -> u64 {
+    REG_BUF.with(|b| {
+        if b.get().is_null() {
+            // SAFETY: GLib's allocation; kept for the thread's life.
+            b.set(unsafe { g_byte_array_new() });
+        }
+        let buf = b.get();
+        // SAFETY: buf is a GByteArray of this thread; the handle is one QEMU listed; the
+        // callback was registered with QEMU_PLUGIN_CB_R_REGS. The value is little-endian.
+        unsafe {
+            g_byte_array_set_size(buf, 0);
+            if qemu_plugin_read_register(handle as *mut qemu_plugin_register, buf) < 8 {
+                return 0;
+            }
+            let bytes = std::slice::from_raw_parts((*buf).data, 8);
+            u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]))
+        }
+    })
+}
+
+/// CLFLUSH, CLFLUSHOPT or CLWB executing: the line at its address, in the vCPU's own domain
+/// (a copy in another socket's L3 stays: not modelled).
+unsafe extern "C" fn on_flush(vcpu: c_uint, site: *mut c_void) {
+    let (Some(m), Some(Some(regs))) = (model(), REGISTERS.get()) else { return };
+    // SAFETY: site is the FlushSite leaked for this instruction at its translation.
+    let site = unsafe { &*site.cast::<FlushSite>() };
+    let Some((cache, _, _, mut sink)) = vcpu_state(m, vcpu) else { return };
+    let va = site.at.address(
+        |r| read_register(regs.0[usize::from(r) & 15]),
+        read_register(regs.0[16]),
+        read_register(regs.0[17]),
+        site.next_ip,
+    );
+    let mut pa = 0u64;
+    // SAFETY: called in vCPU context (an execution callback), as the API asks.
+    if unsafe { qemu_plugin_translate_vaddr(va, &mut pa) } {
+        cache.with(|c| c.flush_line(pa, site.keep, &mut sink));
+    }
+}
+
+/// WBINVD (userdata 1) or INVD (0): the vCPU's own domain.
+unsafe extern "C" fn on_flush_all(vcpu: c_uint, write_back: *mut c_void) {
+    let Some(m) = model() else { return };
+    let Some((cache, _, _, mut sink)) = vcpu_state(m, vcpu) else { return };
+    cache.with(|c| c.flush_all(!write_back.is_null(), &mut sink));
 }
 
 unsafe extern "C" fn on_translate(_: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     if model().is_none() {
         return;
     }
+    let flushes = matches!(REGISTERS.get(), Some(Some(_)));
     // SAFETY: tb is the translation callback's argument, valid during it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     for i in 0..n {
         // SAFETY: i is below the block's instruction count; the handle is valid during the
-        // callback, which is when callbacks may be registered on it.
+        // callback, which is when callbacks may be registered on it. An instruction is at
+        // most 15 bytes.
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
+            let mut bytes = [0u8; 16];
+            let len = qemu_plugin_insn_data(insn, bytes.as_mut_ptr().cast(), bytes.len());
+            let access: unsafe extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void) =
+                match classify(&bytes[..len.min(16)]) {
+                    Some(Special::NtStore) => on_nt_store,
+                    Some(Special::Flush { keep, at }) if flushes => {
+                        // One per translation of a flush site (a few, retranslated rarely):
+                        // leaked, as the callback may run for as long as the block exists.
+                        let next_ip = qemu_plugin_insn_vaddr(insn).wrapping_add(qemu_plugin_insn_size(insn) as u64);
+                        let site = Box::into_raw(Box::new(FlushSite { keep, at, next_ip }));
+                        qemu_plugin_register_vcpu_insn_exec_cb(
+                            insn,
+                            Some(on_flush),
+                            qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
+                            site.cast(),
+                        );
+                        continue;
+                    }
+                    Some(Special::FlushAll { write_back }) => {
+                        qemu_plugin_register_vcpu_insn_exec_cb(
+                            insn,
+                            Some(on_flush_all),
+                            qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                            usize::from(write_back) as *mut c_void,
+                        );
+                        continue;
+                    }
+                    _ => on_access,
+                };
             qemu_plugin_register_vcpu_mem_cb(
                 insn,
-                Some(on_access),
+                Some(access),
                 qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
                 qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW,
                 std::ptr::null_mut(),
@@ -200,7 +372,10 @@ pub unsafe extern "C" fn qemu_plugin_install(
     _argc: c_int,
     _argv: *mut *mut c_char,
 ) -> c_int {
-    // SAFETY: id is the one QEMU gave this plugin; the callback has the expected signature.
-    unsafe { qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translate)) };
+    // SAFETY: id is the one QEMU gave this plugin; the callbacks have the expected signatures.
+    unsafe {
+        qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
+        qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translate));
+    }
     0
 }

@@ -3,9 +3,11 @@
 //! lines carry the RMID of the vCPU that filled them. The device (the QEMU patch) owns the
 //! counters and answers IA32_QM_CTR from them; this crate fills them in.
 //!
-//! [`model`] is the cache, pure and tested here; `glue` (built only into the plugin) is the
-//! part that talks to QEMU.
+//! [`model`] is the cache and [`decode`] recognises the flushes and non-temporal stores it must
+//! see, both pure and tested here; `glue` (built only into the plugin) is the part that talks
+//! to QEMU.
 
+pub mod decode;
 pub mod link;
 pub mod model;
 

@@ -13,8 +13,15 @@
 //!   A class whose mask allows no way (AMD permits an empty mask) does not allocate: its misses
 //!   go to memory, loads charged as `filled`, stores as `written_back`, and nothing is held.
 //!
+//! - a flush (CLFLUSH, CLFLUSHOPT) takes the line out, written back first when dirty; CLWB
+//!   writes a dirty line back and keeps it, clean; WBINVD writes back every dirty line and
+//!   empties the cache, INVD empties it without writing anything back;
+//! - a non-temporal store (MOVNT*) does not allocate: its bytes go to memory, charged as
+//!   `written_back` to the storing RMID, and a cached copy of its line is flushed first.
+//!
 //! Not modelled: private L1/L2 caches in front (every access reaches this cache), prefetchers,
-//! instruction fetches, non-inclusive victim caches, hashed set indexing, timing.
+//! instruction fetches, non-inclusive victim caches, hashed set indexing, timing; write
+//! combining (a partial line stored non-temporally costs its bytes, not a whole line).
 
 /// Where the model reports what it charges. The plugin writes these into the device's
 /// counters; tests keep them in vectors.
@@ -146,6 +153,60 @@ impl Llc {
         self.used[victim] = self.clock;
         sink.occupancy(rmid, 1);
         sink.filled(rmid, self.line_size);
+    }
+
+    /// The way holding `line`, if cached.
+    fn find(&self, line: u64) -> Option<usize> {
+        let base = (line % self.sets) as usize * self.ways;
+        (base..base + self.ways).find(|&i| self.tag[i] == line)
+    }
+
+    /// Takes way `i` out: from its owner's occupancy, written back first when dirty.
+    fn evict(&mut self, i: usize, sink: &mut impl Sink) {
+        let owner = self.owner[i];
+        sink.occupancy(owner, -1);
+        if self.dirty[i] {
+            sink.written_back(owner, self.line_size);
+        }
+        self.tag[i] = INVALID;
+        self.dirty[i] = false;
+    }
+
+    /// CLFLUSH, CLFLUSHOPT (`keep` false) or CLWB (`keep` true) of the line holding physical
+    /// address `addr`: a dirty line is written back, charged to its owner; a flushed one
+    /// leaves its owner's occupancy, a written-back one stays, clean.
+    pub fn flush_line(&mut self, addr: u64, keep: bool, sink: &mut impl Sink) {
+        let Some(i) = self.find(addr >> self.line_shift) else { return };
+        if !keep {
+            self.evict(i, sink);
+        } else if self.dirty[i] {
+            sink.written_back(self.owner[i], self.line_size);
+            self.dirty[i] = false;
+        }
+    }
+
+    /// WBINVD (`write_back`) or INVD: every line out, the dirty ones written back first
+    /// (WBINVD) or dropped (INVD).
+    pub fn flush_all(&mut self, write_back: bool, sink: &mut impl Sink) {
+        for i in 0..self.tag.len() {
+            if self.tag[i] != INVALID {
+                self.dirty[i] &= write_back;
+                self.evict(i, sink);
+            }
+        }
+    }
+
+    /// A non-temporal store of `size` bytes at `addr` by `rmid`: nothing is allocated, a cached
+    /// copy of each line it touches is flushed, and its bytes go to memory.
+    pub fn store_nt(&mut self, addr: u64, size: u64, rmid: u16, sink: &mut impl Sink) {
+        let first = addr >> self.line_shift;
+        let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
+        for line in first..=last {
+            if let Some(i) = self.find(line) {
+                self.evict(i, sink);
+            }
+        }
+        sink.written_back(rmid, size);
     }
 
     /// Lines tagged with each RMID below `rmids` (for tests and checks).
@@ -319,6 +380,71 @@ mod tests {
         assert!(Llc::new(Geometry { size: 3 * 64 * 4, ways: 4, line_size: 64 }).is_ok());
     }
 
+    /// The kernel's CMT selftest: a buffer filled under one RMID, every line flushed, then read
+    /// under another: the second owns it all (on the model before flushes: 4 KiB of 1 MiB).
+    #[test]
+    fn flushed_lines_leave_their_owner_and_the_next_reader_fills_them() {
+        let mut c = llc(4096 * KIB, 16);
+        let mut t = Tally::new(3);
+        sweep(&mut c, &mut t, 0, 1024 * KIB, true, 1);
+        assert_eq!(t.lines[1], 16384);
+        for a in (0..1024 * KIB).step_by(64) {
+            c.flush_line(a, false, &mut t);
+        }
+        assert_eq!((t.lines[1], t.written_back[1]), (0, 1024 * KIB), "dirty lines written back by their owner");
+        sweep(&mut c, &mut t, 0, 1024 * KIB, false, 2);
+        assert_eq!((t.lines[1], t.lines[2], t.filled[2]), (0, 16384, 1024 * KIB));
+        // A flush of a line not cached, or of a clean one, writes nothing back.
+        c.flush_line(8192 * KIB, false, &mut t);
+        c.flush_line(0, false, &mut t);
+        assert_eq!((t.lines[2], t.written_back[2]), (16383, 0));
+    }
+
+    #[test]
+    fn clwb_writes_back_and_keeps_the_line_clean() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(2);
+        sweep(&mut c, &mut t, 0, 4 * KIB, true, 1);
+        for a in (0..4 * KIB).step_by(64) {
+            c.flush_line(a, true, &mut t);
+        }
+        assert_eq!((t.lines[1], t.written_back[1]), (64, 4 * KIB));
+        // Clean now: a second write-back writes nothing, an eviction neither.
+        c.flush_line(0, true, &mut t);
+        c.flush_line(0, false, &mut t);
+        assert_eq!((t.lines[1], t.written_back[1]), (63, 4 * KIB));
+    }
+
+    #[test]
+    fn wbinvd_writes_back_and_empties_invd_drops() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(3);
+        sweep(&mut c, &mut t, 0, 8 * KIB, true, 1);
+        sweep(&mut c, &mut t, 8 * KIB, 8 * KIB, false, 2);
+        c.flush_all(true, &mut t);
+        assert_eq!((t.lines[1], t.lines[2], t.written_back[1], t.written_back[2]), (0, 0, 8 * KIB, 0));
+        assert_eq!(c.lines_by_rmid(3), vec![0, 0, 0]);
+        sweep(&mut c, &mut t, 0, 8 * KIB, true, 1);
+        c.flush_all(false, &mut t);
+        assert_eq!((t.lines[1], t.written_back[1]), (0, 8 * KIB), "INVD writes nothing back");
+    }
+
+    /// glibc's memset above its non-temporal threshold: bandwidth, no occupancy.
+    #[test]
+    fn non_temporal_stores_go_to_memory_and_take_cached_copies_out() {
+        let mut c = llc(64 * KIB, 4);
+        let mut t = Tally::new(3);
+        for a in (0..2048 * KIB).step_by(32) {
+            c.store_nt(a, 32, 1, &mut t);
+        }
+        assert_eq!((t.lines[1], t.filled[1], t.written_back[1]), (0, 0, 2048 * KIB));
+        // A line cached (dirty, by another RMID) and then stored over non-temporally.
+        sweep(&mut c, &mut t, 0, 4 * KIB, true, 2);
+        c.store_nt(60, 8, 1, &mut t);
+        assert_eq!((t.lines[2], t.written_back[2]), (62, 128), "both lines it spans flushed, written back");
+        assert_eq!(t.written_back[1], 2048 * KIB + 8);
+    }
+
     proptest! {
         /// Whatever the accesses: occupancy per RMID equals the lines tagged with it, never
         /// exceeds the cache, and every line filled is either held or was evicted.
@@ -328,15 +454,26 @@ mod tests {
         ) {
             let mut c = llc(16 * KIB, 4);
             let mut t = Tally::new(4);
+            let mut nt_bytes = 0;
             for (addr, size, store, rmid, cbm) in ops {
-                c.access(addr, size, store, rmid, cbm, &mut t);
+                // Every 16th operation a flush or a non-temporal store instead.
+                match cbm {
+                    13 => c.flush_line(addr, store, &mut t),
+                    14 => {
+                        c.store_nt(addr, size, rmid, &mut t);
+                        nt_bytes += size;
+                    }
+                    15 if addr % 97 == 0 => c.flush_all(store, &mut t),
+                    _ => c.access(addr, size, store, rmid, cbm, &mut t),
+                }
             }
             let held = c.lines_by_rmid(4);
             let all_filled: u64 = t.filled.iter().sum();
             for (r, &h) in held.iter().enumerate() {
                 prop_assert_eq!(t.lines[r], h as i64);
-                prop_assert!(t.written_back[r] <= all_filled);
             }
+            // Written back: each line filled at most once, and the non-temporal stores' bytes.
+            prop_assert!(t.written_back.iter().sum::<u64>() <= all_filled + nt_bytes);
             prop_assert!(held.iter().sum::<u64>() <= c.capacity_lines());
             let filled_lines: u64 = t.filled.iter().sum::<u64>() / 64;
             prop_assert!(filled_lines >= held.iter().sum::<u64>());
