@@ -249,6 +249,13 @@ fn carried(work: &Path, scripts: &[&str], words: &str) -> (std::ffi::OsString, S
         extra.push(" ");
         extra.push(which("pqos"));
     }
+    // The kernel's own resctrl selftests, built from this release's kernel source.
+    if scripts.contains(&"selftests.sh") {
+        let out = Command::new(root().join("scripts/resctrl-selftests.sh")).output().unwrap();
+        assert!(out.status.success(), "scripts/resctrl-selftests.sh: {}", String::from_utf8_lossy(&out.stderr));
+        extra.push(" ");
+        extra.push(String::from_utf8_lossy(&out.stdout).trim());
+    }
     // The OCI hook test runs containers with Debian's runc; the NRI test with Debian unstable's
     // containerd too, and the CRI client of examples/cri_pod.rs as its kubelet.
     let mode = |m: &str| words.split_whitespace().any(|w| w == format!("cs_mode={m}"));
