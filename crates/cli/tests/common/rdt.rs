@@ -151,7 +151,7 @@ pub fn boot(qemu: &str, work: &Path, g: &Guest, out: &Path) -> HashMap<String, S
         println!("== this host: {} {}\n{said}", g.script, g.append);
         said
     } else {
-        let (extra, tree) = carried(work, &[g.script], g.append);
+        let (extra, tree) = carried(work, &[g.script], g.append, g.kernel);
         launch(qemu, g, &extra, &tree, None, out)
     };
     let mut r = results(&said);
@@ -210,7 +210,7 @@ pub fn boot_checks(
     std::fs::write(&list, text).unwrap();
     let scripts: Vec<&str> = checks.iter().map(|c| c.script).collect();
     let words = checks.iter().fold(g.append.to_string(), |w, c| format!("{w} {}", c.vars));
-    let (extra, tree) = carried(work, &scripts, &words);
+    let (extra, tree) = carried(work, &scripts, &words, g.kernel);
     let said = launch(qemu, g, &extra, &tree, Some((&list, checks.len())), out);
     let stats = said.lines().find_map(|l| l.strip_prefix("rdt-stats: "));
     checks
@@ -241,17 +241,17 @@ pub fn boot_checks(
 }
 
 /// What a guest carries beyond the binary and the workloads, for `scripts` with the parameters
-/// `words`: (CACHESCOPE_QEMU_EXTRA, CACHESCOPE_QEMU_TREE).
-fn carried(work: &Path, scripts: &[&str], words: &str) -> (std::ffi::OsString, String) {
+/// `words` on `kernel` (as [`Guest`] names it): (CACHESCOPE_QEMU_EXTRA, CACHESCOPE_QEMU_TREE).
+fn carried(work: &Path, scripts: &[&str], words: &str, kernel: &str) -> (std::ffi::OsString, String) {
     // The pqos comparison carries Debian's pqos (and, by ldd, its library) into the guest.
     let mut extra = work.as_os_str().to_owned();
     if scripts.contains(&"pqos.sh") {
         extra.push(" ");
         extra.push(which("pqos"));
     }
-    // The kernel's own resctrl selftests, built from this release's kernel source.
+    // The kernel's own resctrl selftests, built from the guest kernel's source.
     if scripts.contains(&"selftests.sh") {
-        let out = Command::new(root().join("scripts/resctrl-selftests.sh")).output().unwrap();
+        let out = Command::new(root().join("scripts/resctrl-selftests.sh")).arg(kernel).output().unwrap();
         assert!(out.status.success(), "scripts/resctrl-selftests.sh: {}", String::from_utf8_lossy(&out.stderr));
         extra.push(" ");
         extra.push(String::from_utf8_lossy(&out.stdout).trim());
