@@ -7,34 +7,89 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 /// The lock file of an output directory: flock'ed by its writer, holding its PID. The kernel
-/// drops the lock when the writer dies, so a killed writer's lock is taken over.
+/// drops the lock when the writer dies, so a killed writer's lock is taken over. It is 0600:
+/// flock needs only an open descriptor, so a lock file others can read is one any local user
+/// can hold to stop the recorder (issue 41).
 pub const LOCK: &str = ".cachescope.lock";
 
-/// Take `dir`'s lock, or say who holds it.
+/// Take `dir`'s lock, or say who holds it. The lock file must be a regular file of ours: a
+/// symlink is not followed (root's recorder would write its PID wherever it points), a FIFO is
+/// not waited on, and one another user owns is refused rather than used.
 pub(super) fn lock_dir(dir: &Path) -> Result<File, SinkError> {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let path = dir.join(LOCK);
+    let refuse = |why: String| SinkError::Io {
+        what: path.display().to_string(),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+    };
     let mut f = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&path)
-        .map_err(io(format!("opening {}", path.display())))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse("is a symbolic link; remove it (the lock is a file of its own)".into()),
+            _ => SinkError::Io { what: format!("opening {}", path.display()), error: e },
+        })?;
+    let meta = f.metadata().map_err(io(format!("reading {}", path.display())))?;
+    if !meta.file_type().is_file() {
+        return Err(refuse("is not a regular file; remove it".into()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(refuse(format!("is owned by uid {}, not by this process's ({me}); remove it", meta.uid())));
+    }
+    // A lock file an older version made 0644.
+    if meta.mode() & 0o077 != 0 {
+        f.set_permissions(fs::Permissions::from_mode(0o600)).map_err(io(format!("chmod 0600 {}", path.display())))?;
+    }
     // SAFETY: flock on a descriptor `f` owns; LOCK_NB never blocks.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::WouldBlock {
             return Err(SinkError::Io { what: format!("locking {}", path.display()), error: e });
         }
-        let mut holder = String::new();
-        let _ = f.read_to_string(&mut holder);
-        let pid = holder.trim().parse::<u32>().ok();
+        // Who holds it, as the kernel says; the PID in the file is the last writer's, which
+        // need not be the holder.
+        let pid = flock_holder(&meta).or_else(|| {
+            let mut holder = String::new();
+            let _ = f.read_to_string(&mut holder);
+            holder.trim().parse::<u32>().ok()
+        });
         return Err(SinkError::Busy { dir: dir.to_path_buf(), pid });
     }
     // Ours now: say who we are (the old holder's PID, if any, is stale).
     let _ = f.set_len(0).and_then(|()| f.write_all(format!("{}\n", std::process::id()).as_bytes()));
     Ok(f)
+}
+
+/// The PID holding a flock on the file `meta` describes, from /proc/locks ("1: FLOCK  ADVISORY
+/// WRITE 1234 fd:01:5678 0 EOF": the PID, then major:minor:inode in hex, hex and decimal).
+fn flock_holder(meta: &fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let text = fs::read_to_string("/proc/locks").ok()?;
+    holder_in(&text, libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino())
+}
+
+fn holder_in(locks: &str, major: u32, minor: u32, ino: u64) -> Option<u32> {
+    locks.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        // A blocked waiter's line has "->" before its fields.
+        if w.len() < 6 || w[1] != "FLOCK" || w.contains(&"->") {
+            return None;
+        }
+        let mut id = w[5].split(':');
+        let (ma, mi, i) = (id.next()?, id.next()?, id.next()?);
+        let same = u32::from_str_radix(ma, 16).ok()? == major
+            && u32::from_str_radix(mi, 16).ok()? == minor
+            && i.parse::<u64>().ok()? == ino;
+        same.then(|| w[4].parse().ok()).flatten()
+    })
 }
 
 /// YYYYmmddTHHMMSS from seconds since the epoch (UTC), for file names that sort by time.
@@ -71,5 +126,20 @@ pub(super) fn refuse_pseudo_fs(dir: &Path) -> Result<(), SinkError> {
             ),
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_holder_is_found_by_device_and_inode() {
+        let locks = "1: POSIX  ADVISORY  WRITE 77 fd:01:5678 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 555 08:11:5678 0 EOF\n";
+        assert_eq!(super::holder_in(locks, 0xfd, 1, 5678), Some(1234));
+        assert_eq!(super::holder_in(locks, 8, 0x11, 5678), Some(555));
+        assert_eq!(super::holder_in(locks, 0xfd, 1, 5679), None);
+        assert_eq!(super::holder_in("garbage\n\n", 0xfd, 1, 5678), None);
     }
 }

@@ -170,6 +170,66 @@ fn an_unwritable_directory_is_refused_up_front() {
     assert!(e.to_string().contains("plain-file"), "{e}");
 }
 
+/// The lock file is 0600 (flock needs only a descriptor: one others can open is a lock any
+/// local user can hold), whatever the umask; one an older version made 0644 becomes 0600.
+#[test]
+fn the_lock_file_is_the_writers_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mode = |p: &Path| std::fs::metadata(p).expect("lock").permissions().mode() & 0o777;
+    // SAFETY: umask only sets this process's file mode mask; restored below.
+    let old = unsafe { libc::umask(0) };
+    let s = ParquetSink::new(opts(dir.path())).expect("sink");
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    assert_eq!(mode(&dir.path().join(LOCK)), 0o600);
+    drop(s);
+    std::fs::set_permissions(dir.path().join(LOCK), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let s = ParquetSink::new(opts(dir.path())).expect("sink");
+    assert_eq!(mode(&dir.path().join(LOCK)), 0o600);
+    drop(s);
+}
+
+/// A lock file that is a symlink is not followed (root's recorder wrote its PID into the
+/// target), a FIFO is not waited on (open blocked forever): each refused in one line that
+/// names it, the target untouched.
+#[test]
+fn a_lock_file_that_is_not_a_file_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"keep me\n").expect("write");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).expect("mkdir");
+    std::os::unix::fs::symlink(&target, out.join(LOCK)).expect("symlink");
+    let e = ParquetSink::new(opts(&out)).err().expect("refused").to_string();
+    assert!(e.contains(LOCK) && e.contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read(&target).expect("read"), b"keep me\n");
+    std::fs::remove_file(out.join(LOCK)).expect("rm");
+    let fifo = std::ffi::CString::new(out.join(LOCK).as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo reads the NUL-terminated path, alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let e = ParquetSink::new(opts(&out)).err().expect("refused").to_string();
+    assert!(e.contains(LOCK) && e.contains("not a regular file"), "{e}");
+}
+
+/// A busy directory names the process that holds its lock, as the kernel says, not the PID
+/// an earlier writer left in the file.
+#[test]
+fn a_busy_directory_names_the_lock_holder() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(LOCK);
+    std::fs::write(&path, b"1\n").expect("stale pid");
+    let holder = std::fs::File::open(&path).expect("open");
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    match ParquetSink::new(opts(dir.path())) {
+        Err(SinkError::Busy { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a held lock was taken"),
+    }
+}
+
 /// Tier 3 (root): a tiny tmpfs fills up; the rows that could not be written stay in memory
 /// and reach the disk once there is room again; nothing accepted is lost.
 #[test]
