@@ -272,19 +272,45 @@ pub fn recover_file(partial: &Path) -> Result<Recovery, SinkError> {
     recover(partial, Cause::Crash)
 }
 
+/// Opens `path` if it is a regular file, without following a symlink or waiting on a FIFO:
+/// what an output directory holds is ours only as files (a FIFO named like a journal blocked
+/// `record` in open() for good; a journal linked to /dev/zero was read without end).
+pub(super) fn open_regular(path: &Path, write: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(std::io::ErrorKind::InvalidInput, "is a symbolic link; remove it"),
+            _ => e,
+        })?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "is not a regular file; remove it"));
+    }
+    Ok(f)
+}
+
+/// A journal's bytes: a regular file's, as long as it was when opened.
+fn read_journal(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = open_regular(path, false)?;
+    let len = f.metadata()?.len();
+    let mut raw = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    f.take(len).read_to_end(&mut raw)?;
+    Ok(raw)
+}
+
 pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkError> {
     let jpath = footer_path(partial);
-    let raw = match fs::read(&jpath) {
+    let raw = match read_journal(&jpath) {
         Ok(raw) => Some(raw),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(io(format!("reading {}", jpath.display()))(e)),
     };
     let (claims, mut lost) = raw.as_deref().map(claims).unwrap_or_default();
-    let mut data = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(partial)
-        .map_err(io(format!("opening {}", partial.display())))?;
+    let mut data = open_regular(partial, true).map_err(io(format!("opening {}", partial.display())))?;
     let mut len = data.metadata().map_err(io(format!("reading {}", partial.display())))?.len();
     let mut kept: Vec<&Claim> = Vec::new();
     for c in &claims {

@@ -212,6 +212,29 @@ fn a_lock_file_that_is_not_a_file_is_refused() {
     assert!(e.contains(LOCK) && e.contains("not a regular file"), "{e}");
 }
 
+/// What a crash journal's name may be that is no journal: a FIFO (open() blocked `record` at
+/// start for good) or a symlink to /dev/zero (read without end): refused at once, naming it.
+#[test]
+fn a_journal_that_is_not_a_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let partial = dir.path().join(format!("x{PARTIAL}"));
+    std::fs::write(&partial, b"PAR1").expect("write");
+    let journal = footer_path(&partial);
+    let fifo = std::ffi::CString::new(journal.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo reads the NUL-terminated path, alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dir.path().to_path_buf();
+    std::thread::spawn(move || tx.send(recover_dir(&d).map(|_| ()).map_err(|e| e.to_string())));
+    // A hang's ceiling: the refusal takes microseconds.
+    let e = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("recovery returned").expect_err("refused");
+    assert!(e.contains(".footer") && e.contains("not a regular file"), "{e}");
+    std::fs::remove_file(&journal).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", &journal).expect("symlink");
+    let e = recover_dir(dir.path()).expect_err("refused").to_string();
+    assert!(e.contains(".footer") && e.contains("symbolic link"), "{e}");
+}
+
 /// A busy directory names the process that holds its lock, as the kernel says, not the PID
 /// an earlier writer left in the file.
 #[test]
