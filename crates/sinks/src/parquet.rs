@@ -30,7 +30,7 @@ use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMe
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 pub use recorder::Recorder;
-use recover::{final_path, footer_path, sync_dir, Cause, Journal, PARTIAL};
+use recover::{final_path, footer_path, new_file, rename_unique, sync_dir, Cause, Journal, PARTIAL};
 pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
 pub use schema::{schema, to_batch, Provenance, PMU_LOST, SCHEMA_VERSION};
 use std::collections::VecDeque;
@@ -159,9 +159,17 @@ impl ParquetSink {
         if let Some(file) = opts.dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
             return Err(SinkError::NotADirectory(file.to_path_buf()));
         }
-        fs::create_dir_all(&opts.dir).map_err(io(format!("creating {}", opts.dir.display())))?;
+        // 0755 whatever the umask (under umask 000 it was 0777, its files 0666).
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&opts.dir)
+                .map_err(io(format!("creating {}", opts.dir.display())))?;
+        }
         let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
-        File::create(&probe).map_err(io(format!("{} is not writable", opts.dir.display())))?;
+        new_file(&probe, false).map_err(io(format!("{} is not writable", opts.dir.display())))?;
         let _ = fs::remove_file(&probe);
         // Before anything in the directory is touched: a second recorder would rename the
         // first one's live file as if a crash had left it.
@@ -337,18 +345,21 @@ impl ParquetSink {
 
     fn open(&mut self) -> Result<(), SinkError> {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        // Numbered only once made: a disk that refuses files leaves no gaps in the sequence.
-        let seq = self.seq + 1;
-        let name = format!("cachescope-{}-{}Z-{}-{seq:04}", self.opts.host, utc_stamp(secs), std::process::id());
-        let partial = self.opts.dir.join(format!("{name}{PARTIAL}"));
-        // Readable too: each row group's bytes are read back for the journal's checksum.
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&partial)
-            .map_err(|e| self.gone(e, format!("creating {}", partial.display())))?;
+        // Numbered only once made: a disk that refuses files leaves no gaps in the sequence. A
+        // name taken, finished or not (an earlier run with this PID in this second: PID 1 in
+        // a PID namespace), is skipped; the file is made only if none is there. Readable too:
+        // each row group's bytes are read back for the journal's checksum.
+        let mut seq = self.seq + 1;
+        let (partial, file) = loop {
+            let name = format!("cachescope-{}-{}Z-{}-{seq:04}", self.opts.host, utc_stamp(secs), std::process::id());
+            let partial = self.opts.dir.join(format!("{name}{PARTIAL}"));
+            let taken = final_path(&partial).symlink_metadata().is_ok();
+            match if taken { Err(std::io::ErrorKind::AlreadyExists.into()) } else { new_file(&partial, true) } {
+                Ok(f) => break (partial, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && seq < self.seq + 10_000 => seq += 1,
+                Err(e) => return Err(self.gone(e, format!("creating {}", partial.display()))),
+            }
+        };
         let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
             .map_err(pq(format!("starting {}", partial.display())))?;
         self.seq = seq;
@@ -420,18 +431,20 @@ impl ParquetSink {
             self.retry_recovery();
             return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
         }
-        let done = final_path(&partial);
-        if let Err(e) = fs::rename(&partial, &done) {
-            // Its rows are nowhere a reader will find them (an output directory removed under
-            // us takes the open file with it): not written after all.
-            let e = self.gone(e, format!("renaming {}", partial.display()));
-            self.with_stats(|s| {
-                s.rows_written -= rows.min(s.rows_written);
-                s.rows_dropped += rows;
-                s.dropped_why = Some(e.to_string());
-            });
-            return Err(e);
-        }
+        let done = match rename_unique(&partial, &final_path(&partial)) {
+            Ok(done) => done,
+            Err(e) => {
+                // Its rows are nowhere a reader will find them (an output directory removed under
+                // us takes the open file with it): not written after all.
+                let e = self.gone(e, format!("renaming {}", partial.display()));
+                self.with_stats(|s| {
+                    s.rows_written -= rows.min(s.rows_written);
+                    s.rows_dropped += rows;
+                    s.dropped_why = Some(e.to_string());
+                });
+                return Err(e);
+            }
+        };
         // The file is finished and named: a directory that will not sync costs durability
         // across a power loss, not the rows (failing here would write them again).
         let _ = sync_dir(&self.opts.dir);

@@ -51,6 +51,53 @@ pub(super) fn final_path(partial: &Path) -> PathBuf {
     PathBuf::from(s.strip_suffix(".partial").unwrap_or(&s).to_string())
 }
 
+/// Renames `from` to `to`, never over a file: where `to` exists, to the same name with the
+/// next free sequence number (`...-SEQ.parquet`). Returns the name used. Two recorders with
+/// PID 1 (PID namespaces, a restarted pod) in one second named their files alike, and the
+/// second's rename replaced the first's.
+pub(super) fn rename_unique(from: &Path, to: &Path) -> std::io::Result<PathBuf> {
+    let mut target = to.to_path_buf();
+    for _ in 0..10_000 {
+        match rename_noreplace(from, &target) {
+            Ok(()) => return Ok(target),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => target = next_seq(&target).ok_or(e)?,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, format!("no free name near {}", to.display())))
+}
+
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL in a path"))
+    };
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: renameat2 reads two NUL-terminated paths, alive for the call.
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        // A filesystem without RENAME_NOREPLACE: a hard link fails as well where `to` exists.
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => {
+            fs::hard_link(from, to).and_then(|()| fs::remove_file(from))
+        }
+        _ => Err(e),
+    }
+}
+
+/// `HEAD-SEQ.parquet[SUFFIX]` with SEQ one more (the name's form stays: the uploader reads its
+/// date from the right).
+pub(super) fn next_seq(p: &Path) -> Option<PathBuf> {
+    let name = p.file_name()?.to_str()?;
+    let (stem, rest) = name.split_once(".parquet")?;
+    let (head, seq) = stem.rsplit_once('-')?;
+    let n: u64 = seq.parse().ok()?;
+    Some(p.with_file_name(format!("{head}-{:04}.parquet{rest}", n + 1)))
+}
+
 /// Make a rename or a new file in `dir` survive a power loss.
 pub(super) fn sync_dir(dir: &Path) -> Result<(), SinkError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(format!("syncing {}", dir.display())))
@@ -83,7 +130,7 @@ pub(super) struct Journal {
 impl Journal {
     pub(super) fn create(partial: &Path) -> Result<Journal, SinkError> {
         let path = footer_path(partial);
-        let mut file = File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+        let mut file = new_file(&path, false).map_err(io(format!("creating {}", path.display())))?;
         file.write_all(MAGIC).and_then(|()| file.sync_all()).map_err(io(format!("writing {}", path.display())))?;
         sync_dir(parent(&path))?;
         Ok(Journal { file, path })
@@ -292,6 +339,20 @@ pub(super) fn open_regular(path: &Path, write: bool) -> std::io::Result<File> {
     Ok(f)
 }
 
+/// A file of ours, made now (`exclusive`: only if none is there), 0644 whatever the umask,
+/// never through a symlink.
+pub(super) fn new_file(path: &Path, exclusive: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).mode(0o644).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if exclusive {
+        o.create_new(true);
+    } else {
+        o.create(true).truncate(true);
+    }
+    o.open(path)
+}
+
 /// A journal's bytes: a regular file's, as long as it was when opened.
 fn read_journal(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
@@ -334,7 +395,7 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
             return Ok(Recovery::Empty { partial: partial.to_path_buf() });
         }
         let path = PathBuf::from(format!("{}{UNRECOVERABLE}", strip(partial)));
-        fs::rename(partial, &path).map_err(io(format!("renaming {}", partial.display())))?;
+        let path = rename_unique(partial, &path).map_err(io(format!("renaming {}", partial.display())))?;
         if raw.is_some() {
             let _ = fs::rename(&jpath, footer_path(&path));
         }
@@ -377,8 +438,7 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
     };
     write(&mut data).map_err(io(format!("writing the footer of {}", partial.display())))?;
     drop(data);
-    let done = final_path(partial);
-    fs::rename(partial, &done).map_err(io(format!("renaming {}", partial.display())))?;
+    let done = rename_unique(partial, &final_path(partial)).map_err(io(format!("renaming {}", partial.display())))?;
     sync_dir(parent(partial))?;
     let _ = fs::remove_file(&jpath);
     Ok(Recovery::Recovered { path: done, rows: u64::try_from(rows).unwrap_or(0), row_groups, lost })

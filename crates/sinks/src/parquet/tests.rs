@@ -170,6 +170,84 @@ fn an_unwritable_directory_is_refused_up_front() {
     assert!(e.to_string().contains("plain-file"), "{e}");
 }
 
+/// A run whose files would take the names of an earlier run's (same PID in the same second:
+/// PID 1 in a PID namespace, a restarted pod) numbers its own past them and replaces nothing:
+/// ten such runs had claimed 3,013 rows and left 1,204.
+#[test]
+fn a_name_an_earlier_run_took_is_never_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() as i64;
+    // The names this process would give its first file in this second and the next.
+    let taken: Vec<PathBuf> = (now..=now + 1)
+        .map(|t| dir.path().join(format!("cachescope-testhost-{}Z-{}-0001.parquet", utc_stamp(t), std::process::id())))
+        .collect();
+    for t in &taken {
+        std::fs::write(t, b"an earlier run's file").expect("write");
+    }
+    let mut s = ParquetSink::new(opts(dir.path())).expect("sink");
+    s.push(rows(1, 2));
+    s.flush(Instant::now()).expect("flush");
+    let (st, e) = s.close();
+    assert!(e.is_none(), "close: {e:?}");
+    assert_eq!(st.files_closed, 1);
+    for t in &taken {
+        assert_eq!(std::fs::read(t).expect("kept"), b"an earlier run's file", "{} replaced", t.display());
+    }
+    let ours: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with("-0002.parquet"))
+        .collect();
+    assert_eq!(ours.len(), 1, "its own file, numbered past the earlier ones");
+    let rows_read: usize = read_all(&[dir.path().join(&ours[0])]).iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows_read, 2);
+}
+
+/// Renaming never replaces: the next sequence number instead, the name's form kept.
+#[test]
+fn renames_take_the_next_free_number() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n);
+    for n in ["h-20261128T120000Z-1-0001.parquet", "h-20261128T120000Z-1-0002.parquet"] {
+        std::fs::write(p(n), n).expect("write");
+    }
+    std::fs::write(p("x.partial"), b"new").expect("write");
+    let got = recover::rename_unique(&p("x.partial"), &p("h-20261128T120000Z-1-0001.parquet")).expect("renamed");
+    assert_eq!(got, p("h-20261128T120000Z-1-0003.parquet"));
+    assert_eq!(std::fs::read(&got).expect("read"), b"new");
+    assert_eq!(
+        std::fs::read(p("h-20261128T120000Z-1-0001.parquet")).expect("kept"),
+        b"h-20261128T120000Z-1-0001.parquet"
+    );
+    assert_eq!(recover::next_seq(&p("a-b-7-0099.parquet.unrecoverable")), Some(p("a-b-7-0100.parquet.unrecoverable")));
+    assert_eq!(recover::next_seq(&p("no-number.parquet")), None);
+}
+
+/// Under umask 000 the directory is 0755 and the files 0644, not 0777 and 0666.
+#[test]
+fn a_permissive_umask_makes_nothing_writable_by_others() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("made");
+    // SAFETY: umask only sets this process's file mode mask; restored below.
+    let old = unsafe { libc::umask(0) };
+    let made = ParquetSink::new(opts(&out)).map(|mut s| {
+        s.push(rows(1, 1));
+        let flushed = s.flush(Instant::now());
+        (s.close(), flushed)
+    });
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let ((_, e), flushed) = made.expect("sink");
+    assert!(e.is_none() && flushed.is_ok(), "{e:?} {flushed:?}");
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&out), 0o755);
+    for f in std::fs::read_dir(&out).expect("dir").flatten() {
+        assert_eq!(mode(&f.path()) & 0o022, 0, "{} is writable by others", f.path().display());
+    }
+}
+
 /// The lock file is 0600 (flock needs only a descriptor: one others can open is a lock any
 /// local user can hold), whatever the umask; one an older version made 0644 becomes 0600.
 #[test]
