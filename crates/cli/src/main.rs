@@ -62,13 +62,16 @@ struct MonitorCmd {
     plain: bool,
 }
 
+/// The largest --rotate-mib: 16 TiB, far below where MiB in bytes would wrap.
+const MAX_ROTATE_MIB: u64 = 1 << 24;
+
 /// Parquet output.
 #[derive(clap::Args)]
 struct Files {
     /// Start a new file after this long, 1s to 168h.
     #[arg(long, default_value = "1m", value_parser = duration::rotate_every)]
     rotate_every: std::time::Duration,
-    /// Start a new file after this many MiB.
+    /// Start a new file after this many MiB, 1 to 16777216 (16 TiB).
     #[arg(long, default_value_t = 256)]
     rotate_mib: u64,
     /// Upload each finished file to S3-compatible storage, s3://BUCKET[/PREFIX]; credentials
@@ -86,8 +89,12 @@ impl Files {
         dir: Option<std::path::PathBuf>,
         listen: Option<std::net::SocketAddr>,
     ) -> Result<parts::Outputs, CliError> {
-        if self.rotate_mib == 0 {
-            return Err(CliError::input("--rotate-mib must be at least 1"));
+        // In bytes it must not wrap: 2^44 MiB shifted by 20 was 0, a file per flush.
+        if !(1..=MAX_ROTATE_MIB).contains(&self.rotate_mib) {
+            return Err(CliError::input(format!(
+                "--rotate-mib {}: must be from 1 to {MAX_ROTATE_MIB} (16 TiB)",
+                self.rotate_mib
+            )));
         }
         let upload = match (&self.upload, &dir) {
             (Some(_), None) => return Err(CliError::input("--upload needs --output (the files it uploads)")),

@@ -257,7 +257,10 @@ fn refusals() {
         "a-file",
     );
     one_line_error(&["record", "--scenario", &sc, "--duration", "1s"], 2, "--output");
-    one_line_error(&["record", "--scenario", &sc, "--output", "x", "--rotate-mib", "0"], 2, "--rotate-mib");
+    // 0, and sizes whose bytes would wrap (2^44 MiB was 0 bytes: a file per flush, exit 0).
+    for mib in ["0", "16777217", "17592186044416"] {
+        one_line_error(&["record", "--scenario", &sc, "--output", "x", "--rotate-mib", mib], 2, "--rotate-mib");
+    }
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     one_line_error(&["serve", "--scenario", &sc, "--duration", "1s", "--listen", &addr], 2, &addr);

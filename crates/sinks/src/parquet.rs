@@ -159,12 +159,12 @@ impl ParquetSink {
         if let Some(file) = opts.dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
             return Err(SinkError::NotADirectory(file.to_path_buf()));
         }
-        // 0755 whatever the umask (under umask 000 it was 0777, its files 0666).
+        // 0750 whatever the umask (under umask 000 it was 0777, its files 0666).
         {
             use std::os::unix::fs::DirBuilderExt;
             fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o755)
+                .mode(0o750)
                 .create(&opts.dir)
                 .map_err(io(format!("creating {}", opts.dir.display())))?;
         }

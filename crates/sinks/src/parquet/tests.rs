@@ -224,7 +224,7 @@ fn renames_take_the_next_free_number() {
     assert_eq!(recover::next_seq(&p("no-number.parquet")), None);
 }
 
-/// Under umask 000 the directory is 0755 and the files 0644, not 0777 and 0666.
+/// Under umask 000 the directory is 0750 and the files 0640, not 0777 and 0666.
 #[test]
 fn a_permissive_umask_makes_nothing_writable_by_others() {
     use std::os::unix::fs::PermissionsExt;
@@ -242,9 +242,9 @@ fn a_permissive_umask_makes_nothing_writable_by_others() {
     let ((_, e), flushed) = made.expect("sink");
     assert!(e.is_none() && flushed.is_ok(), "{e:?} {flushed:?}");
     let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
-    assert_eq!(mode(&out), 0o755);
+    assert_eq!(mode(&out), 0o750);
     for f in std::fs::read_dir(&out).expect("dir").flatten() {
-        assert_eq!(mode(&f.path()) & 0o022, 0, "{} is writable by others", f.path().display());
+        assert_eq!(mode(&f.path()) & 0o027, 0, "{} is open to others", f.path().display());
     }
 }
 
