@@ -100,10 +100,16 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
     // file) is the slack.
     let w = llc / 4;
     let (a, b, a_mbm) = (num(r, "flush_a_occ"), num(r, "flush_b_occ"), num(r, "flush_a_mbm"));
-    println!("{vendor} flush: writer keeps {a} B, reader after the flush {b} B of {w} ({:+.1} %), writer wrote back {a_mbm} B", 100.0 * (b - w) as f64 / w as f64);
+    println!(
+        "{vendor} flush: writer keeps {a} B, reader after the flush {b} B of {w} ({:+.1} %), writer moved {a_mbm} B \
+         (fills and write-backs: 2 x {w} expected)",
+        100.0 * (b - w) as f64 / w as f64
+    );
     assert!(a < w / 10, "the flushed lines left their writer: {a} B kept");
     assert!((b - w).abs() <= w / 10, "the reader after the flush holds its {w} B: {b}");
-    assert!(a_mbm >= w, "the dirty lines were written back: {a_mbm} B for {w}");
+    // Its fills (W) and the flush's write-back of its dirty lines (W): without the write-back
+    // it would be W (measured 1,941,504-2,027,520 B with it, the cache flushed first).
+    assert!(a_mbm >= w * 3 / 2, "the dirty lines were written back: {a_mbm} B moved for {w} written");
     // Non-temporal stores: bandwidth, no occupancy. Counted from before the flush of the
     // buffer its set-up dirtied: that write-back (half the LLC) and the stores.
     let (occ, moved, stored) = (num(r, "nt_occ"), num(r, "nt_mbm"), num(r, "nt_stored"));

@@ -158,6 +158,13 @@ finished
 # flushed, then read by the same process from group fb: fb holds the lines, fa none, and fa's
 # counter has the dirty lines' write-backs. Non-temporal stores: half the LLC stored 4 times in
 # group nt moves 2 LLCs to memory and leaves nothing cached.
+# The cache pushed full of a flusher's lines first: fa's pages may be ones the workloads just
+# ended freed, whose lines are still cached under their RMIDs, and a hit does not change a
+# line's owner (settle's reason): its fills and write-backs would be theirs (a CI run: 405,504 B
+# of the 1 MiB written back counted for fa).
+FLUSHES=$((FLUSHES + 1))
+taskset 0x1 rdt-work hold $((LLC * 2)) 600 >"/tmp/flush$FLUSHES.out" 2>&1 &
+ready "flush$FLUSHES"
 mkdir -p "$R/mon_groups/fa" "$R/mon_groups/fb"
 fa_mbm0="$(mbm fa)"
 run fa rdt-work flush $((LLC / 4)) "$R/mon_groups/fb/tasks" 60
