@@ -105,20 +105,24 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
          (fills and write-backs: 2 x {w} expected)",
         100.0 * (b - w) as f64 / w as f64
     );
-    assert!(a < w / 10, "the flushed lines left their writer: {a} B kept");
+    // What it keeps is its own bookkeeping after the flush (exec, stack, the tasks file: as
+    // the idle program's, below llc / 10; 36-106 KiB seen), not the buffer (1,073,152 B kept
+    // before flushes were modelled).
+    assert!(a < llc / 10, "the flushed lines left their writer: {a} B kept");
     assert!((b - w).abs() <= w / 10, "the reader after the flush holds its {w} B: {b}");
     // Its fills (W) and the flush's write-back of its dirty lines (W): without the write-back
     // it would be W (measured 1,941,504-2,027,520 B with it, the cache flushed first).
     assert!(a_mbm >= w * 3 / 2, "the dirty lines were written back: {a_mbm} B moved for {w} written");
     // Non-temporal stores: bandwidth, no occupancy. Counted from before the flush of the
-    // buffer its set-up dirtied: that write-back (half the LLC) and the stores.
+    // buffer its set-up dirtied: that write-back (half the LLC), the stores and its
+    // bookkeeping (as above).
     let (occ, moved, stored) = (num(r, "nt_occ"), num(r, "nt_mbm"), num(r, "nt_stored"));
     println!(
         "{vendor} non-temporal: {stored} B stored, {moved} B counted ({:+.1} %), {occ} B held",
         100.0 * (moved - stored) as f64 / stored as f64
     );
     assert!(occ < llc / 10, "non-temporal stores do not allocate: {occ} B held");
-    assert!(moved >= stored && moved <= stored + llc / 2 + llc / 16, "{moved} B counted for {stored} B stored");
+    assert!(moved >= stored && moved <= stored + llc / 2 + llc / 10, "{moved} B counted for {stored} B stored");
     assert!(!r.contains_key("rmdir_failed"), "rmdir {}", r["rmdir_failed"]);
 }
 
