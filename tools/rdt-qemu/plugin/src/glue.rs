@@ -147,17 +147,23 @@ impl Sink for Counters<'_> {
 unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
     let Some(m) = model() else { return };
     let Some((cache, rmid, cbm, mut sink)) = vcpu_state(m, vcpu) else { return };
-    // SAFETY: info and vaddr are this callback's own arguments, valid during it.
+    let Some((addr, size)) = ram_access(info, vaddr) else { return };
+    // SAFETY: info is this callback's argument.
+    let store = unsafe { qemu_plugin_mem_is_store(info) };
+    cache.with(|c| c.access(addr, size, store, rmid, cbm, &mut sink));
+}
+
+/// A memory callback's physical address and size (at most a line), None for device memory.
+fn ram_access(info: qemu_plugin_meminfo_t, vaddr: u64) -> Option<(u64, u64)> {
+    // SAFETY: info and vaddr are the calling memory callback's own arguments, valid during it.
     let hw = unsafe { qemu_plugin_get_hwaddr(info, vaddr) };
     // SAFETY: hw came from qemu_plugin_get_hwaddr in this callback and is checked non-null.
     if hw.is_null() || unsafe { qemu_plugin_hwaddr_is_io(hw) } {
-        return;
+        return None;
     }
-    // SAFETY: as above.
-    let addr = unsafe { qemu_plugin_hwaddr_phys_addr(hw) };
-    // SAFETY: info is this callback's argument.
-    let (shift, store) = unsafe { (qemu_plugin_mem_size_shift(info), qemu_plugin_mem_is_store(info)) };
-    cache.with(|c| c.access(addr, 1u64 << shift.min(6), store, rmid, cbm, &mut sink));
+    // SAFETY: as above; info is the callback's argument.
+    let (addr, shift) = unsafe { (qemu_plugin_hwaddr_phys_addr(hw), qemu_plugin_mem_size_shift(info)) };
+    Some((addr, 1u64 << shift.min(6)))
 }
 
 /// The executing vCPU's domain, RMID and mask, and the domain's model (None: not a vCPU the
@@ -191,15 +197,8 @@ unsafe extern "C" fn on_nt_store(vcpu: c_uint, info: qemu_plugin_meminfo_t, vadd
         return unsafe { on_access(vcpu, info, vaddr, std::ptr::null_mut()) };
     }
     let Some((cache, rmid, _, mut sink)) = vcpu_state(m, vcpu) else { return };
-    // SAFETY: info and vaddr are this callback's own arguments, valid during it.
-    let hw = unsafe { qemu_plugin_get_hwaddr(info, vaddr) };
-    // SAFETY: hw came from qemu_plugin_get_hwaddr in this callback and is checked non-null.
-    if hw.is_null() || unsafe { qemu_plugin_hwaddr_is_io(hw) } {
-        return;
-    }
-    // SAFETY: as above.
-    let (addr, shift) = unsafe { (qemu_plugin_hwaddr_phys_addr(hw), qemu_plugin_mem_size_shift(info)) };
-    cache.with(|c| c.store_nt(addr, 1u64 << shift.min(6), rmid, &mut sink));
+    let Some((addr, size)) = ram_access(info, vaddr) else { return };
+    cache.with(|c| c.store_nt(addr, size, rmid, &mut sink));
 }
 
 /// A flush instruction as translated: what it does and where the next one starts.

@@ -104,11 +104,9 @@ impl Llc {
     /// An access of `size` bytes at physical address `addr` by `rmid`, whose class of service
     /// may fill the ways set in `cbm` (u64::MAX: all): every line it touches.
     pub fn access(&mut self, addr: u64, size: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) {
-        let first = addr >> self.line_shift;
-        let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
         let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
         let cbm = cbm & all;
-        for line in first..=last {
+        for line in self.lines(addr, size) {
             self.touch(line, store, rmid, cbm, sink);
         }
     }
@@ -155,6 +153,11 @@ impl Llc {
         sink.filled(rmid, self.line_size);
     }
 
+    /// The line addresses an access of `size` bytes at `addr` touches.
+    fn lines(&self, addr: u64, size: u64) -> std::ops::RangeInclusive<u64> {
+        (addr >> self.line_shift)..=(addr.saturating_add(size.max(1) - 1) >> self.line_shift)
+    }
+
     /// The way holding `line`, if cached.
     fn find(&self, line: u64) -> Option<usize> {
         let base = (line % self.sets) as usize * self.ways;
@@ -199,9 +202,7 @@ impl Llc {
     /// A non-temporal store of `size` bytes at `addr` by `rmid`: nothing is allocated, a cached
     /// copy of each line it touches is flushed, and its bytes go to memory.
     pub fn store_nt(&mut self, addr: u64, size: u64, rmid: u16, sink: &mut impl Sink) {
-        let first = addr >> self.line_shift;
-        let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
-        for line in first..=last {
+        for line in self.lines(addr, size) {
             if let Some(i) = self.find(line) {
                 self.evict(i, sink);
             }
