@@ -36,6 +36,7 @@ APT_NEEDS=(
   "tesseract:tesseract-ocr"  # reads the rendered charts' titles and legends back
   "tmux:tmux"          # the live view as a person sees it, at 80, 100 and 160 columns
   "pqos:intel-cmt-cat"  # Intel's pqos: a reference reader on the RDT machine (tools/rdt-qemu)
+  "perf:linux-perf"    # Linux's perf: the reference for the RDT machine's PMU (crates/cli/tests/rdt_pmu.rs)
   "debootstrap:debootstrap"  # build roots for the module on other kernels (scripts/kmod-build.sh)
   "lintian:lintian"    # checks the Debian packages (scripts/package-check.sh)
   "dpkg-shlibdeps:dpkg-dev"  # the binary package's dependencies (scripts/package.sh)

@@ -17,7 +17,7 @@ use cachescope_perf::counter::{CounterGroup, Target};
 use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::format::{Encoded, Pmu as CorePmu};
 use cachescope_platform::clock::monotonic;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +97,11 @@ pub struct PmuColumns {
     ready: Vec<PmuSample>,
     /// When perf's counters were last read (CLOCK_MONOTONIC).
     last_read: Option<Duration>,
+    /// Containers whose perf events could not be opened: null columns, not 0.
+    uncounted: HashSet<String>,
+    /// Charges (eBPF) or container reads (perf) the kernel scaled because the counters were
+    /// multiplexed, and of how many (perf; eBPF's total comes from its stats).
+    mux: (u64, u64),
 }
 
 /// Counts read at `now` that accrued since `prev`, for rows that end at `wake` (a sample time
@@ -181,6 +186,8 @@ impl PmuColumns {
             orphan_count: 0,
             ready: Vec::new(),
             last_read: None,
+            uncounted: HashSet::new(),
+            mux: (0, 0),
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -346,10 +353,11 @@ impl PmuSource for PmuColumns {
                 let Some(dir) = &c.dir else { return };
                 if let Err(e) = col.add(c.id(), dir) {
                     cachescope_platform::say!(
-                        "perf events for {} ({}): {e}; its PMU columns stay 0",
+                        "perf events for {} ({}): {e}; its PMU columns and CPU time are null",
                         c.id(),
                         dir.display()
                     );
+                    self.uncounted.insert(c.id().to_string());
                 }
             }
         }
@@ -367,6 +375,32 @@ impl PmuSource for PmuColumns {
         })
     }
 
+    /// Said only where the kernel scaled something: a run that had the counters to itself
+    /// says nothing.
+    fn closing(&mut self) -> Vec<String> {
+        if !self.counted.pmu.iter().any(|&b| b) {
+            return Vec::new();
+        }
+        let (what, of) = match &self.src {
+            Source::Bpf(a) => ("charges", a.stats().map(|s| s.charges).unwrap_or(0)),
+            Source::Perf(_) => ("reads", self.mux.1),
+        };
+        let (scaled, of) = (self.mux.0, of.max(self.mux.0));
+        if scaled == 0 {
+            return Vec::new();
+        }
+        let share = if of == 0 { 0.0 } else { 100.0 * scaled as f64 / of as f64 };
+        vec![format!(
+            "PMU multiplexing: {scaled} of {of} {what} scaled ({share:.2} %): other users of the counters \
+             (perf, the NMI watchdog) left fewer than cachescope's events; those values are the \
+             kernel's estimates (count × enabled / running)"
+        )]
+    }
+
+    fn uncounted(&self, id: &str) -> bool {
+        self.uncounted.contains(id)
+    }
+
     fn unfollow(&mut self, id: &str) {
         if let (Some(cg), Source::Bpf(a)) = (self.ticked.remove(id), &self.src) {
             if let Err(e) = a.unfollow(cg) {
@@ -377,6 +411,7 @@ impl PmuSource for PmuColumns {
         self.dirs.remove(id);
         self.by_id.remove(id);
         self.cpu_ns.remove(id);
+        self.uncounted.remove(id);
         if let Source::Perf(col) = &mut self.src {
             col.remove(id);
         }
@@ -408,6 +443,7 @@ impl PmuSource for PmuColumns {
                         last = Some(r.slot);
                         self.reads += 1;
                     }
+                    self.mux.0 += r.multiplexed;
                     let end = Duration::from_nanos((r.slot + 1) * slot_ns);
                     let Some(meta) = self.owner(r.cgroup_id) else {
                         if r.cgroup_id != crate::IDLE && self.orphan_count < MAX_ORPHANS {
@@ -443,6 +479,8 @@ impl PmuSource for PmuColumns {
                 let prev = self.last_read.replace(now);
                 self.reads += 1;
                 for d in deltas {
+                    self.mux.0 += u64::from(d.multiplexed);
+                    self.mux.1 += 1;
                     let Some(meta) = self.by_id.get(&d.id).cloned() else { continue };
                     match prev.and_then(|p| split_at(&d.values, p, wake, now)) {
                         Some((before, after)) => {

@@ -34,7 +34,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 /// Events the program can read per CPU.
-pub const MAX_EVENTS: usize = 4;
+pub const MAX_EVENTS: usize = 5;
 /// Cgroup id under which idle time is charged.
 pub const IDLE: u64 = 0;
 
@@ -148,8 +148,8 @@ struct Key {
     cgid: u64,
 }
 
-/// Values are per CPU, each rounded up to 8 bytes (slot_val is 48 bytes already).
-const VAL_SIZE: usize = 48;
+/// Values are per CPU, each rounded up to 8 bytes (slot_val is 56 bytes already).
+const VAL_SIZE: usize = 56;
 
 pub struct Attribution {
     nev: usize,
@@ -249,7 +249,7 @@ impl Attribution {
                 },
             },
         };
-        let arrays = [&loaded.maps.ev0, &loaded.maps.ev1, &loaded.maps.ev2, &loaded.maps.ev3];
+        let arrays = [&loaded.maps.ev0, &loaded.maps.ev1, &loaded.maps.ev2, &loaded.maps.ev3, &loaded.maps.ev4];
         let mut counters = Vec::new();
         for (i, ev) in events.iter().enumerate() {
             for &cpu in cpus {
@@ -462,7 +462,7 @@ impl Attribution {
                         b.copy_from_slice(&vals[base + j * 8..base + j * 8 + 8]);
                         u64::from_ne_bytes(b)
                     };
-                    if (0..6).all(|j| w(j) == 0) {
+                    if (0..MAX_EVENTS + 2).all(|j| w(j) == 0) {
                         continue;
                     }
                     let domain = self.cpu_domain.get(cpu).copied().unwrap_or(0);
@@ -478,8 +478,8 @@ impl Attribution {
                         *v += w(e);
                     }
                     self.cpu_totals[cpu] += w(0);
-                    row.switches += w(4);
-                    row.multiplexed += w(5);
+                    row.switches += w(MAX_EVENTS);
+                    row.multiplexed += w(MAX_EVENTS + 1);
                 }
             }
             match (rc, errno) {

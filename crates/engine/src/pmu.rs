@@ -97,6 +97,16 @@ pub trait PmuSource {
     /// recorder stalled 450 ms lost that much CPU time). Sources whose slots carry the
     /// kernel's times ignore it.
     fn drain(&mut self, wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration>;
+    /// What the source has to say when the run ends (e.g. how much of its counts the kernel
+    /// scaled because other users of the counters made it multiplex them).
+    fn closing(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Whether container `id` is followed without counters (they could not be opened for it):
+    /// its rows' PMU columns and CPU time are null, never 0.
+    fn uncounted(&self, _id: &str) -> bool {
+        false
+    }
     /// After [`PmuSource::drain`]: a time whose counts are incomplete, found by that drain.
     fn gap(&mut self) -> Option<Gap> {
         None

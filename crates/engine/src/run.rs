@@ -296,7 +296,12 @@ impl State {
                         let until = self.origin + at;
                         let t = self.join.take(&row.container.id, row.domain, until);
                         let from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
-                        if self.join.in_gap(from, until) {
+                        if self.p.pmu.as_ref().is_some_and(|p| p.uncounted(&row.container.id)) {
+                            (row.pmu, row.cpu_ns) = (Pmu::default(), None);
+                            if driven {
+                                (row.mbm_total_bytes, row.mbm_local_bytes) = (None, None);
+                            }
+                        } else if self.join.in_gap(from, until) {
                             // Part of the counts were dropped: none, rather than a part.
                             (row.pmu, row.cpu_ns) = (Pmu { lost: true, ..Default::default() }, None);
                             if driven {
@@ -435,6 +440,10 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
     st.drain_pmu(st.step);
     if let Some(k) = st.p.pmu.as_mut().and_then(|p| p.kernel_cpu()) {
         st.messages.push(k.describe());
+    }
+    if let Some(p) = st.p.pmu.as_mut() {
+        let said = p.closing();
+        st.messages.extend(said);
     }
     st.release(true);
     let mut first_err = result.err();

@@ -17,6 +17,12 @@
  *   rdt-work ntstore BYTES PASSES SECONDS  write a BYTES buffer, CLFLUSH it, then write it
  *                                      PASSES times with non-temporal stores (MOVNTDQ, as glibc's
  *                                      memset above its threshold) and sleep: bandwidth, no lines
+ *   rdt-work spin N                    a loop of N iterations of two instructions (DEC, JNZ),
+ *                                      no memory access: two runs differ by exactly 2 x their
+ *                                      difference in N in instructions retired at CPL 3
+ *   rdt-work passes BYTES N            allocate a BYTES buffer as touch does, then read one
+ *                                      word per line of it N times: two runs differ by
+ *                                      (their difference in N) x BYTES / 64 line accesses
  *
  * With RDT_WORK_STOP=1, touch, thrash and stream print "allocated" once their buffer is written
  * and read, and stop themselves (SIGSTOP) until continued: the caller can then push every line
@@ -160,6 +166,23 @@ static void move_to(const char *file)
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "spin")) {
+		uint64_t n = strtoull(argv[2], NULL, 10);
+
+		if (n)
+			__asm__ volatile("1: dec %0\n\tjnz 1b" : "+r"(n) : : "cc");
+		return 0;
+	}
+	if (argc == 4 && !strcmp(argv[1], "passes")) {
+		uint64_t bytes = size_arg(argv[2]), n = strtoull(argv[3], NULL, 10), i;
+		uint8_t *buf;
+
+		unsetenv("RDT_WORK_STOP");
+		buf = buffer(bytes);
+		for (i = 0; i < n; i++)
+			sink += pass(buf, bytes, 0);
+		return 0;
+	}
 	if (argc == 2 && !strcmp(argv[1], "now")) {
 		printf("%lld\n", realtime_ns());
 		return 0;

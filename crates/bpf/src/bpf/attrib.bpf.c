@@ -54,7 +54,8 @@ struct task_struct {
 	struct css_set *cgroups;
 } __attribute__((preserve_access_index));
 
-#define NEV 4
+// Four PMU events and cpu-clock (crates/bpf/src/columns.rs).
+#define NEV 5
 
 struct slot_key {
 	__u64 slot;
@@ -85,6 +86,7 @@ EVENT_ARRAY(ev0);
 EVENT_ARRAY(ev1);
 EVENT_ARRAY(ev2);
 EVENT_ARRAY(ev3);
+EVENT_ARRAY(ev4);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -198,6 +200,7 @@ static __always_inline __u64 charge(int is_switch)
 	READ(1, ev1)
 	READ(2, ev2)
 	READ(3, ev3)
+	READ(4, ev4)
 	struct slot_key k = {
 		.slot = bpf_ktime_get_ns() / slot_ns,
 		.cgid = bpf_get_current_pid_tgid() == 0 ? 0 : bpf_get_current_cgroup_id(),
@@ -218,6 +221,7 @@ static __always_inline __u64 charge(int is_switch)
 	a->v[1] += d[1];
 	a->v[2] += d[2];
 	a->v[3] += d[3];
+	a->v[4] += d[4];
 	a->switches += is_switch;
 	a->multiplexed += mux;
 	bump(4, 1);

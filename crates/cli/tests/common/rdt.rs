@@ -249,6 +249,11 @@ fn carried(work: &Path, scripts: &[&str], words: &str, kernel: &str) -> (std::ff
         extra.push(" ");
         extra.push(which("pqos"));
     }
+    // Linux's perf (Debian's linux-perf), for the PMU's checks.
+    if scripts.contains(&"pmu.sh") {
+        extra.push(" ");
+        extra.push(which("perf"));
+    }
     // The kernel's own resctrl selftests, built from the guest kernel's source.
     if scripts.contains(&"selftests.sh") {
         let out = Command::new(root().join("scripts/resctrl-selftests.sh")).arg(kernel).output().unwrap();
@@ -338,6 +343,8 @@ fn results(said: &str) -> HashMap<String, String> {
     r.insert("ref".into(), refs.join("\n"));
     let pqos: Vec<&str> = said.lines().filter(|l| l.starts_with("CS-PQOS-")).collect();
     r.insert("pqos".into(), pqos.join("\n"));
+    let perf: Vec<&str> = said.lines().filter(|l| l.starts_with("CS-PERF")).collect();
+    r.insert("perf".into(), perf.join("\n"));
     r
 }
 

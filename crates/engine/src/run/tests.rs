@@ -285,6 +285,8 @@ struct FakePmu {
     followed: Vec<Arc<ContainerMeta>>,
     origin: Duration,
     next: Duration,
+    /// A container whose counters "could not be opened": no slots, and said so.
+    uncounted: Option<&'static str>,
 }
 
 impl PmuSource for FakePmu {
@@ -298,7 +300,12 @@ impl PmuSource for FakePmu {
         Duration::from_millis(5)
     }
     fn follow(&mut self, c: &Container) {
-        self.followed.push(c.meta.clone());
+        if self.uncounted != Some(c.meta.id.as_str()) {
+            self.followed.push(c.meta.clone());
+        }
+    }
+    fn uncounted(&self, id: &str) -> bool {
+        self.uncounted == Some(id)
     }
     fn unfollow(&mut self, id: &str) {
         self.followed.retain(|m| m.id != id);
@@ -327,7 +334,7 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     let (mut p, kept) = parts(Box::new(backend), script, None, 1);
     // The run's clock starts after this, so each slot ends within the 1 ms row it belongs to.
     let origin = cachescope_platform::clock::monotonic();
-    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin }));
+    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: None }));
     let sum = run(p, &opts(1, 30)).unwrap();
     assert!(sum.samples >= 25, "{}", sum.samples);
     let k = kept[0].lock().unwrap();
@@ -338,6 +345,24 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     let cycles: u64 = k.rows.iter().filter_map(|r| r.pmu.cycles).sum();
     assert_eq!(cpu, k.rows.len() as u64 * 1_000_000, "one slot of CPU per 1 ms row");
     assert_eq!(cycles, k.rows.len() as u64 * 1000);
+}
+
+/// A container the PMU source could not count (its perf events failed to open) has null PMU
+/// columns and CPU time, never 0, while its neighbour's are counted.
+#[test]
+fn a_container_without_counters_has_null_pmu_columns_not_zero() {
+    let backend = Unsupported::new(vec![0], None, String::new(), "no RDT");
+    let script = Script(vec![("a", 0, None), ("b", 0, None)], Vec::new());
+    let (mut p, kept) = parts(Box::new(backend), script, None, 1);
+    let origin = cachescope_platform::clock::monotonic();
+    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: Some("b") }));
+    run(p, &opts(1, 30)).unwrap();
+    let k = kept[0].lock().unwrap();
+    let of =
+        |id: &str| k.rows.iter().filter(|r| r.container.id == id && r.status != Status::Stopped).collect::<Vec<_>>();
+    assert!(!of("b").is_empty());
+    assert!(of("b").iter().all(|r| r.pmu.cycles.is_none() && r.cpu_ns.is_none()), "b is unknown, not idle");
+    assert!(of("a").iter().all(|r| r.pmu.cycles == Some(1000) && r.cpu_ns == Some(1_000_000)));
 }
 
 #[test]

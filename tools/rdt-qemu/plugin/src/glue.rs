@@ -3,21 +3,26 @@
 //! domain's cache model and the device's counters.
 
 use crate::decode::{classify, Operand, Special};
-use crate::link::{RdtLink, VERSION};
+use crate::link::{RdtLink, PMU_INSNS, PMU_LLC_MISSES, PMU_LLC_REFS, VERSION};
 use crate::model::{Geometry, Llc, Sink};
+use crate::pmu::{Counted, Private};
 use qemu_plugin_sys::{
-    qemu_info_t, qemu_plugin_cb_flags, qemu_plugin_get_hwaddr, qemu_plugin_get_registers, qemu_plugin_hwaddr_is_io,
-    qemu_plugin_hwaddr_phys_addr, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_size,
-    qemu_plugin_insn_vaddr, qemu_plugin_mem_is_store, qemu_plugin_mem_rw, qemu_plugin_mem_size_shift,
-    qemu_plugin_meminfo_t, qemu_plugin_read_register, qemu_plugin_reg_descriptor, qemu_plugin_register,
-    qemu_plugin_register_vcpu_init_cb, qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_mem_cb,
-    qemu_plugin_register_vcpu_tb_trans_cb, qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns,
-    qemu_plugin_translate_vaddr, GArray, GByteArray, QEMU_PLUGIN_VERSION,
+    qemu_info_t, qemu_plugin_cb_flags, qemu_plugin_cond, qemu_plugin_get_hwaddr, qemu_plugin_get_registers,
+    qemu_plugin_hwaddr_is_io, qemu_plugin_hwaddr_phys_addr, qemu_plugin_id_t, qemu_plugin_insn_data,
+    qemu_plugin_insn_size, qemu_plugin_insn_vaddr, qemu_plugin_mem_is_store, qemu_plugin_mem_rw,
+    qemu_plugin_mem_size_shift, qemu_plugin_meminfo_t, qemu_plugin_op, qemu_plugin_read_register,
+    qemu_plugin_reg_descriptor, qemu_plugin_register, qemu_plugin_register_vcpu_init_cb,
+    qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
+    qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_register_vcpu_tb_trans_cb,
+    qemu_plugin_scoreboard_new, qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns,
+    qemu_plugin_translate_vaddr, qemu_plugin_u64, qemu_plugin_u64_get, qemu_plugin_u64_set, GArray, GByteArray,
+    QEMU_PLUGIN_VERSION,
 };
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, Once, OnceLock};
 
 unsafe extern "C" {
     /// Exported by the patched QEMU (tools/rdt-qemu/patches): NULL until -device rdt exists.
@@ -35,6 +40,33 @@ pub static qemu_plugin_version: c_int = QEMU_PLUGIN_VERSION as c_int;
 struct Model {
     link: &'static RdtLink,
     domains: Vec<Domain>,
+    /// With the device's PMU: what its counters are made of.
+    pmu: Option<Pmu>,
+}
+
+/// Per vCPU, in a scoreboard so that the translated code adds to it inline: instructions
+/// executed (supervisor, user), and instructions left before the device's next check.
+#[repr(C)]
+struct Score {
+    insns: [u64; 2],
+    countdown: u64,
+}
+
+/// The device's PMU sources: instructions in the scoreboard, L3 references and misses here.
+struct Pmu {
+    insns: [qemu_plugin_u64; 2],
+    countdown: qemu_plugin_u64,
+    vcpus: Vec<VcpuPmu>,
+}
+
+/// One vCPU's private cache and counts, touched only by the thread running that vCPU (its
+/// memory callbacks, and the device's MSR and RDPMC helpers on the same thread).
+#[repr(align(128))]
+struct VcpuPmu {
+    private: UnsafeCell<Private>,
+    /// [supervisor, user]
+    refs: [AtomicU64; 2],
+    misses: [AtomicU64; 2],
 }
 
 /// One L3 domain's model, alone on its cache lines: with the domains' locks side by side,
@@ -84,7 +116,92 @@ fn model() -> Option<&'static Model> {
     if active.load(Ordering::Acquire) == 0 {
         return None;
     }
-    MODEL.get_or_init(|| build(link)).as_ref()
+    let m = MODEL.get_or_init(|| build(link)).as_ref();
+    if let Some(m) = m {
+        publish_pmu(m);
+    }
+    m
+}
+
+/// Hands the device the PMU's sources, once the model they live in is in place.
+fn publish_pmu(m: &'static Model) {
+    static ONCE: Once = Once::new();
+    if m.pmu.is_none() {
+        return;
+    }
+    ONCE.call_once(|| {
+        let source: unsafe extern "C" fn(u32, u32, u32) -> u64 = pmu_source;
+        let rearm: unsafe extern "C" fn(u32, u64) = pmu_rearm;
+        // SAFETY: the two fields are function pointers in the device's link, which it reads
+        // atomically (qatomic_read); a pointer-sized atomic store is what it expects.
+        unsafe {
+            AtomicPtr::from_ptr(std::ptr::addr_of!(m.link.pmu_source).cast_mut().cast::<*mut c_void>())
+                .store(source as *mut c_void, Ordering::Release);
+            AtomicPtr::from_ptr(std::ptr::addr_of!(m.link.pmu_rearm).cast_mut().cast::<*mut c_void>())
+                .store(rearm as *mut c_void, Ordering::Release);
+        }
+    });
+}
+
+fn pmu_of(vcpu: c_uint) -> Option<(&'static Pmu, &'static VcpuPmu)> {
+    let p = MODEL.get()?.as_ref()?.pmu.as_ref()?;
+    Some((p, p.vcpus.get(vcpu as usize)?))
+}
+
+/// The device asks what a source counted (on the vCPU's own thread).
+unsafe extern "C" fn pmu_source(vcpu: u32, user: u32, source: u32) -> u64 {
+    let Some((p, v)) = pmu_of(vcpu) else { return 0 };
+    let u = usize::from(user != 0);
+    match source {
+        // SAFETY: the entry is the scoreboard's, vcpu one QEMU runs (pmu_of checked it).
+        PMU_INSNS => unsafe { qemu_plugin_u64_get(p.insns[u], vcpu) },
+        PMU_LLC_REFS => v.refs[u].load(Ordering::Relaxed),
+        PMU_LLC_MISSES => v.misses[u].load(Ordering::Relaxed),
+        _ => 0,
+    }
+}
+
+/// The device wants its next check after `insns` instructions (on the vCPU's own thread).
+unsafe extern "C" fn pmu_rearm(vcpu: u32, insns: u64) {
+    if let Some((p, _)) = pmu_of(vcpu) {
+        // SAFETY: as in pmu_source.
+        unsafe { qemu_plugin_u64_set(p.countdown, vcpu, insns) };
+    }
+}
+
+/// A block ran the vCPU's countdown out: the device brings its counters up to date (and
+/// raises what overflowed), and says when to ask again.
+unsafe extern "C" fn on_countdown(vcpu: c_uint, _: *mut c_void) {
+    let Some(m) = model() else { return };
+    let (Some(p), Some(check)) = (m.pmu.as_ref(), m.link.pmu_check) else { return };
+    // SAFETY: the device's function, called on this vCPU's thread as it asks.
+    let next = unsafe { check(vcpu) };
+    // SAFETY: the scoreboard entry and a vCPU QEMU runs.
+    unsafe { qemu_plugin_u64_set(p.countdown, vcpu, next) };
+}
+
+fn build_pmu(link: &RdtLink) -> Option<Pmu> {
+    if link.pmu == 0 {
+        return None;
+    }
+    let ways = link.l2_ways;
+    let mut vcpus = Vec::new();
+    for _ in 0..link.nr_vcpus {
+        let Some(private) = Private::new(link.l2_size, ways, link.line_size) else {
+            eprintln!("rdt plugin: private cache of {} B in {ways} ways: no PMU counts", link.l2_size);
+            return None;
+        };
+        vcpus.push(VcpuPmu { private: UnsafeCell::new(private), refs: Default::default(), misses: Default::default() });
+    }
+    // SAFETY: a scoreboard of Score-sized entries, one per vCPU, zeroed, which QEMU keeps
+    // for the process (never freed here).
+    let score = unsafe { qemu_plugin_scoreboard_new(std::mem::size_of::<Score>()) };
+    let entry = |offset| qemu_plugin_u64 { score, offset };
+    Some(Pmu {
+        insns: [entry(std::mem::offset_of!(Score, insns)), entry(std::mem::offset_of!(Score, insns) + 8)],
+        countdown: entry(std::mem::offset_of!(Score, countdown)),
+        vcpus,
+    })
 }
 
 fn build(link: &'static RdtLink) -> Option<Model> {
@@ -105,7 +222,7 @@ fn build(link: &'static RdtLink) -> Option<Model> {
             }
         }
     }
-    Some(Model { link, domains })
+    Some(Model { link, domains, pmu: build_pmu(link) })
 }
 
 /// Writes the model's charges into the device's counters of one domain.
@@ -144,13 +261,36 @@ impl Sink for Counters<'_> {
     }
 }
 
-unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
+/// A load or store; `user` (non-null) when the instruction runs at CPL 3.
+unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, user: *mut c_void) {
     let Some(m) = model() else { return };
     let Some((cache, rmid, cbm, mut sink)) = vcpu_state(m, vcpu) else { return };
     let Some((addr, size)) = ram_access(info, vaddr) else { return };
     // SAFETY: info is this callback's argument.
     let store = unsafe { qemu_plugin_mem_is_store(info) };
-    cache.with(|c| c.access(addr, size, store, rmid, cbm, &mut sink));
+    let Some((_, v)) = pmu_of(vcpu) else {
+        return cache.with(|c| c.access(addr, size, store, rmid, cbm, &mut sink));
+    };
+    // SAFETY: this vCPU's private cache, only ever touched on its own thread (this one).
+    let private = unsafe { &mut *v.private.get() };
+    let mut n = Counted::default();
+    cache.with(|c| {
+        for line in c.lines(addr, size) {
+            let hit = private.touch(line);
+            n.line(hit, c.access_line(line, store, rmid, cbm, &mut sink));
+        }
+    });
+    let u = usize::from(!user.is_null());
+    v.refs[u].fetch_add(n.references, Ordering::Relaxed);
+    v.misses[u].fetch_add(n.misses, Ordering::Relaxed);
+}
+
+/// The private cache of `vcpu`, when there is a PMU: run on that vCPU's thread only.
+fn with_private(vcpu: c_uint, f: impl FnOnce(&mut Private)) {
+    if let Some((_, v)) = pmu_of(vcpu) {
+        // SAFETY: as in on_access: the caller is a callback of this vCPU, on its thread.
+        f(unsafe { &mut *v.private.get() });
+    }
 }
 
 /// A memory callback's physical address and size (at most a line), None for device memory.
@@ -189,16 +329,19 @@ fn vcpu_state(m: &'static Model, vcpu: c_uint) -> Option<(&'static Domain, u16, 
 
 /// A non-temporal store's access: to memory, without allocating (a load by such an
 /// instruction, which has none, would be an ordinary access).
-unsafe extern "C" fn on_nt_store(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, _: *mut c_void) {
+unsafe extern "C" fn on_nt_store(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, user: *mut c_void) {
     let Some(m) = model() else { return };
     // SAFETY: info is this callback's argument.
     if !unsafe { qemu_plugin_mem_is_store(info) } {
         // SAFETY: the same arguments, passed on within the callback.
-        return unsafe { on_access(vcpu, info, vaddr, std::ptr::null_mut()) };
+        return unsafe { on_access(vcpu, info, vaddr, user) };
     }
     let Some((cache, rmid, _, mut sink)) = vcpu_state(m, vcpu) else { return };
     let Some((addr, size)) = ram_access(info, vaddr) else { return };
-    cache.with(|c| c.store_nt(addr, size, rmid, &mut sink));
+    cache.with(|c| {
+        with_private(vcpu, |p| c.lines(addr, size).for_each(|l| p.invalidate(l)));
+        c.store_nt(addr, size, rmid, &mut sink)
+    });
 }
 
 /// A flush instruction as translated: what it does and where the next one starts.
@@ -296,7 +439,12 @@ unsafe extern "C" fn on_flush(vcpu: c_uint, site: *mut c_void) {
     let mut pa = 0u64;
     // SAFETY: called in vCPU context (an execution callback), as the API asks.
     if unsafe { qemu_plugin_translate_vaddr(va, &mut pa) } {
-        cache.with(|c| c.flush_line(pa, site.keep, &mut sink));
+        cache.with(|c| {
+            if !site.keep {
+                with_private(vcpu, |p| c.lines(pa, 1).for_each(|l| p.invalidate(l)));
+            }
+            c.flush_line(pa, site.keep, &mut sink)
+        });
     }
 }
 
@@ -304,22 +452,55 @@ unsafe extern "C" fn on_flush(vcpu: c_uint, site: *mut c_void) {
 unsafe extern "C" fn on_flush_all(vcpu: c_uint, write_back: *mut c_void) {
     let Some(m) = model() else { return };
     let Some((cache, _, _, mut sink)) = vcpu_state(m, vcpu) else { return };
+    with_private(vcpu, Private::clear);
     cache.with(|c| c.flush_all(!write_back.is_null(), &mut sink));
 }
 
 unsafe extern "C" fn on_translate(_: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
-    if model().is_none() {
-        return;
-    }
+    let Some(m) = model() else { return };
     let flushes = matches!(REGISTERS.get(), Some(Some(_)));
     // SAFETY: tb is the translation callback's argument, valid during it.
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
+    // The privilege this block runs at: part of its translation's key, so fixed for it.
+    // SAFETY: the device's function, for a translation callback (this one).
+    let user = m.pmu.is_some() && m.link.cpl.is_some_and(|cpl| unsafe { cpl() } == 3);
+    if let Some(p) = m.pmu.as_ref() {
+        // SAFETY: tb is valid during the callback; the entries are the scoreboard's. The
+        // countdown runs down by the block's length, wrapping below zero, and the device is
+        // asked when it has.
+        unsafe {
+            qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
+                tb,
+                qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
+                p.countdown,
+                (n as u64).wrapping_neg(),
+            );
+            qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                tb,
+                Some(on_countdown),
+                qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                qemu_plugin_cond::QEMU_PLUGIN_COND_GE,
+                p.countdown,
+                1 << 63,
+                std::ptr::null_mut(),
+            );
+        }
+    }
     for i in 0..n {
         // SAFETY: i is below the block's instruction count; the handle is valid during the
         // callback, which is when callbacks may be registered on it. An instruction is at
         // most 15 bytes.
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
+            if let Some(p) = m.pmu.as_ref() {
+                // Counted as it starts: one that faults counts again when it is retried.
+                qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                    insn,
+                    qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
+                    p.insns[usize::from(user)],
+                    1,
+                );
+            }
             let mut bytes = [0u8; 16];
             let len = qemu_plugin_insn_data(insn, bytes.as_mut_ptr().cast(), bytes.len());
             let access: unsafe extern "C" fn(c_uint, qemu_plugin_meminfo_t, u64, *mut c_void) =
@@ -354,7 +535,7 @@ unsafe extern "C" fn on_translate(_: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) 
                 Some(access),
                 qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
                 qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_RW,
-                std::ptr::null_mut(),
+                usize::from(user) as *mut c_void,
             );
         }
     }

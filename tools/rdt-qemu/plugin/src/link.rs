@@ -1,8 +1,13 @@
 //! The device's shared state, mirrored from the patch's include/hw/i386/rdt-link.h
-//! (`struct qemu_rdt_link`, version 2). Field order, types and padding must match.
+//! (`struct qemu_rdt_link`, version 3). Field order, types and padding must match.
 
-/// The layout version this plugin speaks (2: `vcpu_cbm`, cache allocation).
-pub const VERSION: u32 = 2;
+/// The layout version this plugin speaks (2: `vcpu_cbm`, cache allocation; 3: the PMU).
+pub const VERSION: u32 = 3;
+
+/// `pmu_source`'s sources (QEMU_RDT_PMU_*).
+pub const PMU_INSNS: u32 = 0;
+pub const PMU_LLC_REFS: u32 = 1;
+pub const PMU_LLC_MISSES: u32 = 2;
 
 #[repr(C)]
 pub struct RdtLink {
@@ -26,6 +31,19 @@ pub struct RdtLink {
     /// The capacity bitmask each vCPU's class of service may fill (all ones without cache
     /// allocation; read atomically).
     pub vcpu_cbm: *const u64,
+    /// 1: the device has a PMU; the plugin counts its sources.
+    pub pmu: u32,
+    pub l2_ways: u32,
+    /// Each vCPU's private cache, bytes.
+    pub l2_size: u64,
+    /// The device's: the privilege level of the code being translated.
+    pub cpl: Option<unsafe extern "C" fn() -> u32>,
+    /// The device's: brings the vCPU's counters up to date; instructions until the next call.
+    pub pmu_check: Option<unsafe extern "C" fn(vcpu: u32) -> u64>,
+    /// The plugin's (written atomically): a source counted for a vCPU at a privilege.
+    pub pmu_source: Option<unsafe extern "C" fn(vcpu: u32, user: u32, source: u32) -> u64>,
+    /// The plugin's (written atomically): call pmu_check after that many instructions.
+    pub pmu_rearm: Option<unsafe extern "C" fn(vcpu: u32, insns: u64)>,
 }
 
 #[cfg(test)]
@@ -41,6 +59,10 @@ mod tests {
         assert_eq!(offset_of!(RdtLink, vcpu_domain), 40);
         assert_eq!(offset_of!(RdtLink, wb_bytes), 72);
         assert_eq!(offset_of!(RdtLink, vcpu_cbm), 80);
-        assert_eq!(size_of::<RdtLink>(), 88);
+        assert_eq!(offset_of!(RdtLink, pmu), 88);
+        assert_eq!(offset_of!(RdtLink, l2_size), 96);
+        assert_eq!(offset_of!(RdtLink, cpl), 104);
+        assert_eq!(offset_of!(RdtLink, pmu_rearm), 128);
+        assert_eq!(size_of::<RdtLink>(), 136);
     }
 }

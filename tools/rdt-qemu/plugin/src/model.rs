@@ -104,14 +104,18 @@ impl Llc {
     /// An access of `size` bytes at physical address `addr` by `rmid`, whose class of service
     /// may fill the ways set in `cbm` (u64::MAX: all): every line it touches.
     pub fn access(&mut self, addr: u64, size: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) {
-        let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
-        let cbm = cbm & all;
         for line in self.lines(addr, size) {
-            self.touch(line, store, rmid, cbm, sink);
+            self.access_line(line, store, rmid, cbm, sink);
         }
     }
 
-    fn touch(&mut self, line: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) {
+    /// One line of an access (a line address, as [`Llc::lines`] gives them): true when it hit.
+    pub fn access_line(&mut self, line: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) -> bool {
+        let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
+        self.touch(line, store, rmid, cbm & all, sink)
+    }
+
+    fn touch(&mut self, line: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) -> bool {
         self.clock += 1;
         // The set index fits in usize: sets <= lines, which new() checked.
         let base = (line % self.sets) as usize * self.ways;
@@ -119,7 +123,7 @@ impl Llc {
         if let Some(i) = ways.clone().find(|&i| self.tag[i] == line) {
             self.used[i] = self.clock;
             self.dirty[i] |= store;
-            return;
+            return true;
         }
         if cbm == 0 {
             if store {
@@ -127,7 +131,7 @@ impl Llc {
             } else {
                 sink.filled(rmid, self.line_size);
             }
-            return;
+            return false;
         }
         // Miss: an invalid way the class may fill, else the least recently used of those. Ways
         // past the 64th (only where a cache has more) are always allowed.
@@ -151,10 +155,11 @@ impl Llc {
         self.used[victim] = self.clock;
         sink.occupancy(rmid, 1);
         sink.filled(rmid, self.line_size);
+        false
     }
 
     /// The line addresses an access of `size` bytes at `addr` touches.
-    fn lines(&self, addr: u64, size: u64) -> std::ops::RangeInclusive<u64> {
+    pub fn lines(&self, addr: u64, size: u64) -> std::ops::RangeInclusive<u64> {
         (addr >> self.line_shift)..=(addr.saturating_add(size.max(1) - 1) >> self.line_shift)
     }
 

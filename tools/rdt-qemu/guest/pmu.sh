@@ -1,0 +1,107 @@
+#!/bin/busybox sh
+# /init of the RDT machine's guest for its PMU (-device rdt,pmu=on on an Intel CPU model):
+# Linux's own perf (Debian's, carried in) against workloads whose counts are known (work.c's
+# spin and passes). Prints what Linux said of its PMU, each perf stat line as
+# "CS-PERF LABEL CSV" and the sample count of a perf record, for crates/cli/tests/rdt_qemu.rs,
+# which judges them: instructions exactly, references and misses within 2 %, the cycle model's
+# identity, the PERFEVTSEL fields (CMASK, INV, EDGE, USR, OS) and the overflow interrupt; then
+# cachescope's per-container PMU columns against perf stat of the container's process, with the
+# recording for the host.
+. "${CS_INIT:-/lib/init.sh}"
+say kernel="$(uname -r)"
+say perf_driver="$(dmesg | sed -n 's/.*Performance Events: //p' | head -1 | tr -s ' ' '_')"
+say nmi_watchdog="$(cat /proc/sys/kernel/nmi_watchdog 2>/dev/null)"
+say cpu_pmu="$(ls /sys/bus/event_source/devices/cpu/format 2>/dev/null | tr '\n' ,)"
+cd /tmp || exit 1
+
+# pstat LABEL EVENTS COMMAND...: perf stat of COMMAND, each event's CSV line as CS-PERF LABEL.
+pstat() {
+  label=$1 events=$2
+  shift 2
+  if ! perf stat -x, -e "$events" -o /tmp/stat.csv -- "$@" >/tmp/stat.out 2>&1; then
+    say "perf_failed_$label=1"
+    sed "s/^/CS-PERF-OUT $label /" /tmp/stat.out
+  fi
+  grep -v '^#' /tmp/stat.csv | grep . | sed "s/^/CS-PERF $label /"
+}
+
+# Instructions: exact, per privilege; the loop touches no memory (an instruction that faults
+# counts again when retried: the page faults bound the difference).
+both=instructions:u,instructions:k,instructions,cycles:u,cache-references:u,cache-misses:u,page-faults
+pstat spin1 "$both" rdt-work spin 1000000
+pstat spin9 "$both" rdt-work spin 9000000
+# References and misses of known footprints: 8 MiB streams through the 4 MiB L3 (every line
+# misses), 1 MiB stays in it but not in the 256 KiB private cache (every line a reference).
+refs=cache-references:u,cache-misses:u,instructions:u,cycles:u
+pstat big2 "$refs" rdt-work passes 8M 2
+pstat big12 "$refs" rdt-work passes 8M 12
+pstat mid2 "$refs" rdt-work passes 1M 2
+pstat mid10 "$refs" rdt-work passes 1M 10
+# The selector's fields, as raw events: stalled cycles (CMASK=1 INV), misses counted by edge,
+# and a CMASK no cycle reaches; beside cycles, instructions and misses of the same run.
+raw='cycles:u,instructions:u,cache-misses:u,cpu/event=0xc0,umask=0x0,cmask=1,inv=1,name=stalls/u'
+raw="$raw,cpu/event=0x2e,umask=0x41,edge=1,name=miss_edges/u,cpu/event=0xc0,umask=0x0,cmask=2,name=cmask2/u"
+pstat fields "$raw" rdt-work passes 8M 2
+# The overflow interrupt: a sample every 1,000,003 instructions at CPL 3.
+if perf record -q -e instructions:u -c 1000003 -o /tmp/perf.data -- rdt-work spin 10000000 >/tmp/rec.out 2>&1; then
+  say samples="$(perf script -i /tmp/perf.data -F ip 2>/dev/null | grep -c .)"
+else
+  say samples=-1
+  sed 's/^/CS-PERF-OUT record /' /tmp/rec.out
+fi
+pstat sampled instructions:u rdt-work spin 10000000
+
+# cachescope's PMU columns per container (its eBPF path reads the counters at every context
+# switch) against perf stat of the container's one process. perf stays outside the container:
+# its child, a shell, moves itself in, waits on a FIFO until cachescope follows the container,
+# then becomes the workload. What perf counts and cachescope cannot see (the shell's start, up
+# to its move) is measured alone, by the same command without the workload (nop).
+C=/sys/fs/cgroup/ctr
+mkdir -p "$C/spin" "$C/walk" "$C/nop"
+ev=cycles,instructions,cache-references,cache-misses
+perf stat -x, -o /tmp/nop.csv -e "$ev" -- sh -c "echo \$\$ > $C/nop/cgroup.procs" >/tmp/nop.out 2>&1
+say perf_nop_exit=$?
+grep -v '^#' /tmp/nop.csv | grep . | sed 's/^/CS-PERF nop /'
+for n in spin walk; do mkfifo "/tmp/go-$n"; done
+taskset 0x1 perf stat -x, -o /tmp/spin.csv -e "$ev" -- \
+  sh -c "echo \$\$ > $C/spin/cgroup.procs && read go < /tmp/go-spin && exec rdt-work spin 20000000" >/tmp/spin.out 2>&1 &
+SPIN=$!
+taskset 0x2 perf stat -x, -o /tmp/walk.csv -e "$ev" -- \
+  sh -c "echo \$\$ > $C/walk/cgroup.procs && read go < /tmp/go-walk && exec rdt-work passes 8M 3" >/tmp/walk.out 2>&1 &
+WALK=$!
+i=0
+until [ "$(cat $C/spin/cgroup.procs $C/walk/cgroup.procs | grep -c .)" -eq 2 ] || [ $i -ge 300 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+cachescope monitor --backend none --pmu bpf --containers 'ctr/*' --interval 100ms --jsonl \
+  >/tmp/rows.jsonl 2>/tmp/err.txt &
+CS=$!
+following() { grep -q '"ctr/walk"' /tmp/rows.jsonl && grep -q '"ctr/spin"' /tmp/rows.jsonl; }
+i=0
+until following || ! kill -0 $CS 2>/dev/null || [ $i -ge 600 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+following
+say cs_following=$((! $?))
+echo go >/tmp/go-spin
+echo go >/tmp/go-walk
+wait $SPIN
+say spin_exit=$?
+wait $WALK
+say walk_exit=$?
+for n in spin walk; do
+  sed "s/^/CS-PERF-OUT $n /" /tmp/$n.out
+  grep -v '^#' /tmp/$n.csv | grep . | sed "s/^/CS-PERF $n /"
+done
+# Past a keyframe (1 s), so that every interval's counts are out.
+sleep 2
+kill -INT $CS
+wait $CS
+say cs_exit=$?
+sed 's/^/CS-STDERR /' /tmp/err.txt
+echo CS-ROWS-BEGIN
+gzip -c /tmp/rows.jsonl | base64
+echo CS-ROWS-END
+splats
+say done=1
+finish
