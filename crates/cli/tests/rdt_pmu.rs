@@ -14,7 +14,9 @@
 //! - the overflow interrupt: `perf record -c 1000003` of 20 M instructions takes one sample per
 //!   period;
 //! - cachescope's per-container cycles, instructions, LLC references and misses (eBPF, read at
-//!   every context switch) within 2 % of `perf stat` of the container's one process.
+//!   every context switch) within 2 % of `perf stat` of the container's one process;
+//! - with perf pinning seven of the eight general counters, cachescope's events are multiplexed
+//!   by the kernel and cachescope says how many of its charges were scaled.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -219,6 +221,13 @@ fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), C
                 ));
             }
         }
+    }
+    // Counter scarcity: cachescope's references and misses multiplexed by the kernel, and said.
+    let said = console.lines().filter_map(|l| l.strip_prefix("CS-SCARCE ")).find(|l| l.contains("PMU multiplexing: "));
+    let scaled: Option<u64> = said.and_then(|l| l.split("PMU multiplexing: ").nth(1)?.split(' ').next()?.parse().ok());
+    println!("{kernel}: with perf holding 7 of 8 general counters, cachescope said: {said:?}");
+    if !scaled.is_some_and(|n| n > 0) || r.get("scarce_exit").map(String::as_str) != Some("0") {
+        failed.push(format!("{kernel}: multiplexed counts not said ({said:?}, exit {:?})", r.get("scarce_exit")));
     }
     failed
 }

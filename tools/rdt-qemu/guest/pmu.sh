@@ -73,6 +73,8 @@ i=0
 until [ "$(cat $C/spin/cgroup.procs $C/walk/cgroup.procs | grep -c .)" -eq 2 ] || [ $i -ge 300 ]; do
   sleep 0.1; i=$((i + 1))
 done
+# The kernel's own count of the eBPF programs' runs and time, which cachescope prints at the end.
+echo 1 >/proc/sys/kernel/bpf_stats_enabled
 cachescope monitor --backend none --pmu bpf --containers 'ctr/*' --interval 100ms --jsonl \
   >/tmp/rows.jsonl 2>/tmp/err.txt &
 CS=$!
@@ -102,6 +104,30 @@ sed 's/^/CS-STDERR /' /tmp/err.txt
 echo CS-ROWS-BEGIN
 gzip -c /tmp/rows.jsonl | base64
 echo CS-ROWS-END
+
+# Counter scarcity: perf pins seven LLC-reference events on every CPU, so cachescope's two
+# events that need a general counter (references, misses) share the eighth. The kernel
+# multiplexes them and scales their counts; cachescope must say so when it ends.
+perf stat -a -x, -o /tmp/hog.csv -e '{r4f2e,r4f2e,r4f2e,r4f2e,r4f2e,r4f2e,r4f2e}:D' >/tmp/hog.out 2>&1 &
+HOG=$!
+mkdir -p "$C/scarce"
+cachescope monitor --backend none --pmu bpf --containers 'ctr/scarce' --interval 100ms --jsonl \
+  >/tmp/scarce.jsonl 2>/tmp/scarce.err &
+CS=$!
+i=0
+until grep -q '"ctr/scarce"' /tmp/scarce.jsonl || ! kill -0 $CS 2>/dev/null || [ $i -ge 600 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+sh -c "echo \$\$ > $C/scarce/cgroup.procs && exec rdt-work passes 8M 2"
+say scarce_work_exit=$?
+sleep 1
+kill -INT $CS
+wait $CS
+say scarce_exit=$?
+kill -INT $HOG
+wait $HOG
+sed 's/^/CS-SCARCE /' /tmp/scarce.err /tmp/hog.out
+grep -v '^#' /tmp/hog.csv | grep . | sed 's/^/CS-SCARCE hog /'
 splats
 say done=1
 finish
