@@ -75,6 +75,36 @@ fn systemd_unit_verifies() {
     assert!(out.status.success() && text.trim().is_empty(), "{text}");
 }
 
+/// What `systemd-analyze verify` does not check: a path of ReadWritePaths= that a host may lack
+/// (resctrl exists only with RDT) must carry "-", or the unit fails with 226/NAMESPACE there;
+/// and a file the Documentation= line names must be one the package ships (docs/*.md as .gz).
+#[test]
+fn systemd_unit_starts_without_resctrl_and_names_shipped_documents() {
+    let unit = std::fs::read_to_string(deploy().join("systemd/cachescope.service")).unwrap();
+    let value = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .flat_map(|v| v.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .collect()
+    };
+    let paths = value("ReadWritePaths=");
+    assert!(paths.contains(&"/var/lib/cachescope".to_string()), "{paths:?}");
+    for p in paths.iter().filter(|p| p.starts_with("/sys")) {
+        panic!("ReadWritePaths={p}: a host without it fails the unit; write -{p}");
+    }
+    let docs = value("Documentation=");
+    assert!(!docs.is_empty());
+    for d in &docs {
+        if let Some(file) = d.strip_prefix("file:///usr/share/doc/cachescope/") {
+            let md = file.strip_suffix(".gz").unwrap_or_else(|| panic!("{d}: the package ships docs gzipped"));
+            let root = deploy().join("..");
+            assert!(root.join("docs").join(md).exists() || root.join(md).exists(), "{d}: no {md} to ship");
+        } else {
+            assert!(d.starts_with("man:"), "{d}");
+        }
+    }
+}
+
 /// The capabilities the DaemonSet adds (its `add: [...]` line).
 fn daemonset_caps() -> Vec<String> {
     let ds = std::fs::read_to_string(deploy().join("kubernetes/daemonset.yaml")).unwrap();

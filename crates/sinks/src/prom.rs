@@ -146,10 +146,13 @@ impl Metrics {
 
     /// The labels cAdvisor (and the kubelet, which embeds it) put on container series:
     /// `id` the cgroup path, `name` and `image` from the runtime, `container`, `pod`,
-    /// `namespace` from Kubernetes; `node_id` the L3 domain, as cAdvisor's resctrl metrics.
+    /// `namespace` from Kubernetes; `node_id` the L3 domain, as cAdvisor's resctrl metrics. A
+    /// container without a cgroup (a scenario's) has no `id` (empty: absent to Prometheus), not
+    /// "/", which is cAdvisor's id of the root cgroup, the whole machine.
     fn cadvisor_labels(m: &ContainerMeta, domain: u32) -> String {
+        let id = if m.cgroup_path.is_empty() { String::new() } else { format!("/{}", m.cgroup_path) };
         label_set(&[
-            ("id", &format!("/{}", m.cgroup_path)),
+            ("id", &id),
             ("name", m.name().unwrap_or("")),
             ("image", m.image().unwrap_or("")),
             ("container", m.pod_container().unwrap_or("")),

@@ -180,3 +180,16 @@ fn cadvisor_names_and_labels() {
     // The runtime's answer reaches the cachescope_* series' labels too.
     assert!(s.keys().any(|k| k.starts_with("cachescope_llc_occupancy_bytes{") && k.contains("pod_name=\"web-0\"")));
 }
+
+/// A scenario's container has no cgroup: no cAdvisor `id`, rather than "/" (the root cgroup's,
+/// which every scenario container shared).
+#[test]
+fn a_container_without_a_cgroup_has_no_cadvisor_id() {
+    let mut r = row("noisy", 0, Some(4096), Some(64), Status::Ok);
+    r.container = Arc::new(ContainerMeta { id: "noisy".into(), cgroup_path: String::new(), ..Default::default() });
+    let mut m = Metrics::new();
+    m.update(&[r]);
+    let page = m.render();
+    assert!(page.contains("container_llc_occupancy_bytes{id=\"\","), "{page}");
+    assert!(!page.contains("id=\"/\""), "{page}");
+}
