@@ -226,7 +226,7 @@ fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), C
     let said = console.lines().filter_map(|l| l.strip_prefix("CS-SCARCE ")).find(|l| l.contains("PMU multiplexing: "));
     let scaled: Option<u64> = said.and_then(|l| l.split("PMU multiplexing: ").nth(1)?.split(' ').next()?.parse().ok());
     println!("{kernel}: with perf holding 7 of 8 general counters, cachescope said: {said:?}");
-    if !scaled.is_some_and(|n| n > 0) || r.get("scarce_exit").map(String::as_str) != Some("0") {
+    if scaled.is_none_or(|n| n == 0) || r.get("scarce_exit").map(String::as_str) != Some("0") {
         failed.push(format!("{kernel}: multiplexed counts not said ({said:?}, exit {:?})", r.get("scarce_exit")));
     }
     failed
