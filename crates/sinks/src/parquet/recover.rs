@@ -8,7 +8,8 @@
 //! Recovery trusts nothing it cannot check: an entry whose CRC fails, whose footer does not
 //! decode, whose bytes lie past the end of the data file (what a power loss leaves when the
 //! data did not reach the disk) or whose bytes no longer match their CRC is left out, and every
-//! entry that verifies is kept, before and after a damaged one. The new footer is appended
+//! entry that verifies is kept, before and after a damaged one: after damage, even to an
+//! entry's length, parsing resumes at the next offset where a whole entry verifies. The new footer is appended
 //! after whatever the file holds, so no byte of it is destroyed; a file of which nothing
 //! verifies is kept under another name ([`UNRECOVERABLE`]), never deleted.
 //!
@@ -208,38 +209,50 @@ fn claims(raw: &[u8]) -> (Vec<Claim>, usize) {
         }
         return (out, damaged);
     };
-    while !rest.is_empty() {
-        let Some((head, after)) = rest.split_first_chunk::<8>() else {
-            damaged += 1;
-            break;
-        };
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        if !(HEAD + 8..=MAX_ENTRY).contains(&len) || len > after.len() {
-            // The length itself is damaged (or the entry torn): nothing after it can be framed.
-            damaged += 1;
-            break;
-        }
-        let (body, next) = after.split_at(len);
-        rest = next;
-        if crc32fast::hash(body) != crc {
-            damaged += 1;
+    let mut at = 0;
+    while at < rest.len() {
+        if let Some((claim, next)) = entry_at(rest, at) {
+            out.push(claim);
+            at = next;
             continue;
         }
-        let word = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&body[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
-        let data_crc = u32::from_le_bytes([body[16], body[17], body[18], body[19]]);
-        match decode(&body[HEAD..]) {
-            Ok(meta) if meta.num_row_groups() == 1 => {
-                out.push(Claim { start: word(0), end: word(8), data_crc: Some(data_crc), meta })
-            }
-            _ => damaged += 1,
+        // Damaged (its length, its CRC, its footer) or torn: resynchronise on the next offset
+        // where a whole entry verifies. Its CRC-32 over its body makes a false match a 2^-32
+        // chance per candidate, and a damaged length no longer costs every entry after it.
+        damaged += 1;
+        match (at + 1..rest.len()).find(|&q| entry_at(rest, q).is_some()) {
+            Some(q) => at = q,
+            None => break,
         }
     }
     (out, damaged)
+}
+
+/// The entry framed at `at` of a journal's entries, if it verifies (its length in bounds, its
+/// CRC, a footer of one row group), and where the next one starts.
+fn entry_at(rest: &[u8], at: usize) -> Option<(Claim, usize)> {
+    let (head, after) = rest.get(at..)?.split_first_chunk::<8>()?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if !(HEAD + 8..=MAX_ENTRY).contains(&len) || len > after.len() {
+        return None;
+    }
+    let body = &after[..len];
+    if crc32fast::hash(body) != crc {
+        return None;
+    }
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&body[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let data_crc = u32::from_le_bytes([body[16], body[17], body[18], body[19]]);
+    match decode(&body[HEAD..]) {
+        Ok(meta) if meta.num_row_groups() == 1 => {
+            Some((Claim { start: word(0), end: word(8), data_crc: Some(data_crc), meta }, at + 8 + len))
+        }
+        _ => None,
+    }
 }
 
 /// The metadata of one whole journal entry (length and CRC first), for tests.
