@@ -192,7 +192,7 @@ fn decode(footer: &[u8]) -> Result<ParquetMetaData, String> {
 /// CRC; a torn last entry, what a kill while appending leaves, counts too).
 fn claims(raw: &[u8]) -> (Vec<Claim>, usize) {
     let (mut out, mut damaged) = (Vec::new(), 0);
-    let Some(mut rest) = raw.strip_prefix(MAGIC) else {
+    let Some(rest) = raw.strip_prefix(MAGIC) else {
         // Stop 33's format: the data length, then one footer for every row group.
         let Some((len, footer)) = raw.split_first_chunk::<8>() else { return (out, usize::from(!raw.is_empty())) };
         match decode(footer) {
