@@ -371,7 +371,11 @@ impl ParquetSink {
     fn checkpoint(&mut self, start: u64) -> Result<(), SinkError> {
         let Some(f) = &mut self.file else { return Ok(()) };
         let Some(rg) = f.writer.flushed_row_groups().last().cloned() else { return Ok(()) };
-        let footer = footer_bytes(&self.schema, &self.props, vec![rg])?;
+        // The PMU charges dropped since the file began, as close_file would write them: a
+        // recovered file says what the finished one would have said.
+        let lost = self.opts.pmu_lost.as_ref().map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed));
+        let lost = lost.saturating_sub(self.lost_mark);
+        let footer = footer_bytes(&self.schema, &self.props, vec![rg], lost)?;
         let journal = match f.journal.as_mut() {
             Some(j) => j,
             None => f.journal.insert(Journal::create(&f.partial)?),
@@ -506,19 +510,25 @@ impl ParquetSink {
     }
 }
 
-/// A footer (metadata, length, magic) for the row groups `rgs` of a file of `schema`.
+/// A footer (metadata, length, magic) for the row groups `rgs` of a file of `schema`, saying
+/// `pmu_lost` PMU charges were dropped while the file was filled (when any were).
 fn footer_bytes(
     schema: &SchemaRef,
     props: &WriterProperties,
     rgs: Vec<RowGroupMetaData>,
+    pmu_lost: u64,
 ) -> Result<Vec<u8>, SinkError> {
     let rows = rgs.iter().map(|r| r.num_rows()).sum();
     let descr = ArrowSchemaConverter::new().convert(schema).map_err(pq("schema"))?;
+    let mut kv = props.key_value_metadata().cloned().unwrap_or_default();
+    if pmu_lost > 0 {
+        kv.push(KeyValue::new(PMU_LOST.into(), pmu_lost.to_string()));
+    }
     let meta = FileMetaData::new(
         1,
         rows,
         Some(format!("cachescope {} (recovered)", env!("CARGO_PKG_VERSION"))),
-        props.key_value_metadata().cloned(),
+        Some(kv),
         Arc::new(descr),
         None,
     );

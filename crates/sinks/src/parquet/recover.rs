@@ -425,11 +425,14 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
     let rgs: Vec<RowGroupMetaData> = kept.iter().map(|c| c.meta.row_groups()[0].clone()).collect();
     let rows = rgs.iter().fold(0i64, |a, r| a.saturating_add(r.num_rows()));
     let fm = first.meta.file_metadata();
+    // The newest entry's key-value metadata: each carries the run-level figures as they stood
+    // (the PMU charges dropped so far), the last one kept what a finished file would have said.
+    let newest = kept.last().unwrap_or(first).meta.file_metadata();
     let meta = FileMetaData::new(
         fm.version(),
         rows,
         fm.created_by().map(str::to_string),
-        fm.key_value_metadata().cloned(),
+        newest.key_value_metadata().cloned(),
         fm.schema_descr_ptr(),
         fm.column_orders().cloned(),
     );

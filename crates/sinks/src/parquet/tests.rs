@@ -581,6 +581,34 @@ fn stop_33s_checkpoints_are_still_recovered() {
         })
         .collect();
     let mut old = c.rg_ends[3].to_le_bytes().to_vec();
-    old.extend(footer_bytes(&s.schema, &s.props, rgs).expect("footer"));
+    old.extend(footer_bytes(&s.schema, &s.props, rgs, 0).expect("footer"));
     assert_eq!(recovered_times(&c.data, Some(&old)), Some(times(1..=4)), "row groups past its length are left out");
+}
+
+/// A file recovered after a crash says how many PMU charges were dropped while it was filled,
+/// as the finished file would have: each journal entry carries the count so far (before
+/// 2026-11-28 a recovered file had no `cachescope.pmu_lost_charges`, and `report` said 0).
+#[test]
+fn a_recovered_file_keeps_the_pmu_charges_dropped_before_the_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lost = Arc::new(std::sync::atomic::AtomicU64::new(5));
+    let mut o = opts(dir.path());
+    o.pmu_lost = Some(lost.clone());
+    let mut s = ParquetSink::new(o).expect("sink");
+    s.push(rows(1, 3));
+    s.flush(Instant::now()).expect("flush");
+    // 1,912 dropped after the file began (5 before: another file's), the last row group
+    // journaled after them.
+    lost.fetch_add(1912, std::sync::atomic::Ordering::Relaxed);
+    s.push(rows(2, 3));
+    s.flush(Instant::now()).expect("flush");
+    crash(s);
+    let got = recover_dir(dir.path()).expect("recover");
+    let [Recovery::Recovered { path, rows, .. }] = &got[..] else { panic!("{got:?}") };
+    assert_eq!(*rows, 6);
+    let meta = ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open")).expect("parquet");
+    let kv = meta.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let said: Vec<(&str, Option<&str>)> =
+        kv.iter().filter(|k| k.key == PMU_LOST).map(|k| (k.key.as_str(), k.value.as_deref())).collect();
+    assert_eq!(said, [(PMU_LOST, Some("1912"))], "{kv:?}");
 }
