@@ -69,7 +69,8 @@ grep -q "^Backends" "$out/info.txt" || fail "cachescope info: $(head -3 "$out/in
 say info=ran
 for f in /lib/systemd/system/cachescope.service /usr/share/bash-completion/completions/cachescope \
   /usr/share/zsh/vendor-completions/_cachescope /usr/share/fish/vendor_completions.d/cachescope.fish \
-  /usr/share/man/man1/cachescope.1.gz /usr/share/doc/cachescope/copyright; do
+  /usr/share/man/man1/cachescope.1.gz /usr/share/man/man1/cachescope-monitor.1.gz \
+  /usr/share/man/man1/cachescope-record.1.gz /usr/share/doc/cachescope/copyright; do
   [ -s "$m$f" ] || fail "$f missing"
 done
 grep -q "^ExecStart=/usr/bin/cachescope " "$m/lib/systemd/system/cachescope.service" || fail "the unit does not run /usr/bin/cachescope"

@@ -77,7 +77,9 @@ install -d "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/ve
 "$bin" completions bash >"$root/usr/share/bash-completion/completions/cachescope"
 "$bin" completions zsh >"$root/usr/share/zsh/vendor-completions/_cachescope"
 "$bin" completions fish >"$root/usr/share/fish/vendor_completions.d/cachescope.fish"
-"$bin" manpage | gzip -9n >"$root/usr/share/man/man1/cachescope.1.gz"
+# The manual page and one per subcommand (cachescope-monitor(1) ...), which it refers to.
+mkdir -p "$stage/man" && "$bin" manpage --dir "$stage/man"
+for page in "$stage"/man/*.1; do gzip -9nc "$page" >"$root/usr/share/man/man1/$(basename "$page").gz"; done
 # The OCI hook definition, to be linked into hooks.d by whoever wants it (docs/first-instruction.md).
 install -D -m 644 deploy/oci-hooks.d/cachescope.json "$root/usr/share/cachescope/oci-hooks.d/cachescope.json"
 doc_files "$root" cachescope Apache-2.0

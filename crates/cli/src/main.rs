@@ -45,9 +45,13 @@ enum Command {
     /// OCI createRuntime hook: puts a starting container in its resctrl group before its first
     /// instruction (Podman, CRI-O hooks.d; runc, crun config.json; docs/first-instruction.md).
     Hook(hook::HookArgs),
-    /// Print the manual page (roff) on stdout: `cachescope manpage | man -l -`.
+    /// Print the manual page (roff) on stdout: `cachescope manpage | man -l -`; with `--dir`,
+    /// write it and one page per subcommand (cachescope-SUB.1, the pages it refers to) there.
     #[command(hide = true)]
-    Manpage,
+    Manpage {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -191,13 +195,14 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "cachescope", &mut out);
             print_out(&String::from_utf8_lossy(&out))
         }
-        Command::Manpage => {
+        Command::Manpage { dir: None } => {
             let mut out = Vec::new();
             match clap_mangen::Man::new(Cli::command()).render(&mut out) {
                 Ok(()) => print_out(&String::from_utf8_lossy(&out)),
                 Err(e) => Err(CliError::output(format!("rendering the manual page: {e}"))),
             }
         }
+        Command::Manpage { dir: Some(dir) } => write_manpages(&dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -208,4 +213,35 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// cachescope.1 and, as its SUBCOMMANDS section names them, cachescope-SUB.1 for every
+/// subcommand it lists, in `dir`.
+fn write_manpages(dir: &std::path::Path) -> Result<(), CliError> {
+    let cmd = Cli::command();
+    let mut pages = vec![("cachescope".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("cachescope-{}", sub.get_name());
+        let synopsis = format!("cachescope {}", sub.get_name());
+        pages.push((name.clone(), sub.clone().display_name(name).bin_name(synopsis)));
+    }
+    // The help subcommand clap adds is listed too; its page says what `help` does.
+    if !cmd.is_disable_help_subcommand_set() && !pages.iter().any(|(n, _)| n == "cachescope-help") {
+        let help = clap::Command::new("help")
+            .display_name("cachescope-help")
+            .bin_name("cachescope help")
+            .about("Print the help of cachescope or of one of its subcommands")
+            .arg(clap::Arg::new("SUBCOMMAND").help("the subcommand whose help to print"))
+            .disable_help_flag(true);
+        pages.push(("cachescope-help".into(), help));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page)
+            .render(&mut out)
+            .map_err(|e| CliError::output(format!("rendering {}: {e}", path.display())))?;
+        std::fs::write(&path, out).map_err(|e| CliError::output(format!("writing {}: {e}", path.display())))?;
+    }
+    Ok(())
 }

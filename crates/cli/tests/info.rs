@@ -193,3 +193,35 @@ fn required_per_cpu_check_without_driver_is_exit_3() {
     assert_eq!(j["cpuid"]["per_cpu"]["checked"], false);
     assert!(j["cpuid"]["per_cpu"]["reason"].as_str().unwrap().contains("modprobe cpuid"));
 }
+
+/// `manpage --dir` writes cachescope.1 and a page for every `cachescope-SUB(1)` its SUBCOMMANDS
+/// section refers to (the package ships them all; before 2026-11-28 only cachescope.1 was, and
+/// `man cachescope` named pages no one could open), each naming its command line.
+#[test]
+fn every_manual_page_the_main_one_names_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&["manpage", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let main = std::fs::read_to_string(dir.path().join("cachescope.1")).unwrap();
+    let named: Vec<String> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("cachescope\\-")?.strip_suffix("(1)").map(|s| s.to_string()))
+        .collect();
+    assert!(named.len() >= 7 && named.iter().any(|n| n == "monitor"), "{named:?}");
+    for sub in &named {
+        let page = std::fs::read_to_string(dir.path().join(format!("cachescope-{sub}.1")))
+            .unwrap_or_else(|e| panic!("cachescope-{sub}.1: {e}"));
+        assert!(
+            page.contains(&format!(".TH cachescope-{sub} 1")),
+            "cachescope-{sub}.1: {}",
+            &page[..200.min(page.len())]
+        );
+        assert!(
+            page.contains(&format!("cachescope {sub}")),
+            "cachescope-{sub}.1 has no synopsis of `cachescope {sub}`"
+        );
+    }
+    let stray = run(&["manpage", "--dir", "/nonexistent/dir"]);
+    assert!(!stray.status.success());
+    assert_eq!(String::from_utf8_lossy(&stray.stderr).trim().lines().count(), 1, "one line naming the culprit");
+}
