@@ -211,19 +211,17 @@ fn claims(raw: &[u8]) -> (Vec<Claim>, usize) {
     };
     let mut at = 0;
     while at < rest.len() {
-        if let Some((claim, next)) = entry_at(rest, at) {
-            out.push(claim);
-            at = next;
-            continue;
-        }
-        // Damaged (its length, its CRC, its footer) or torn: resynchronise on the next offset
-        // where a whole entry verifies. Its CRC-32 over its body makes a false match a 2^-32
-        // chance per candidate, and a damaged length no longer costs every entry after it.
-        damaged += 1;
-        match (at + 1..rest.len()).find(|&q| entry_at(rest, q).is_some()) {
-            Some(q) => at = q,
-            None => break,
-        }
+        let found = entry_at(rest, at).or_else(|| {
+            // Damaged (its length, its CRC, its footer) or torn: resynchronise on the next
+            // offset where a whole entry verifies. Its CRC-32 over its body makes a false match
+            // a 2^-32 chance per candidate, and a damaged length no longer costs every entry
+            // after it.
+            damaged += 1;
+            (at + 1..rest.len()).find_map(|q| entry_at(rest, q))
+        });
+        let Some((claim, next)) = found else { break };
+        out.push(claim);
+        at = next;
     }
     (out, damaged)
 }
