@@ -9,7 +9,7 @@
 #                                       again for each kernel installed later
 # Usage: scripts/package.sh [OUTDIR]    (default target/debian)
 # CACHESCOPE_PACKAGE_BIN=PATH packages that binary instead of building one (the tests give
-# theirs; by default `cargo build --release`).
+# theirs; by default scripts/build.sh's, the one run.sh and test.sh use).
 # Needs dpkg-dev (dpkg-shlibdeps) and fakeroot-free dpkg-deb (--root-owner-group).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,16 +19,16 @@ version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Ca
 command -v dpkg-shlibdeps >/dev/null || { echo "package: dpkg-shlibdeps missing (apt-get install dpkg-dev)" >&2; exit 1; }
 # Set CACHESCOPE_MAINTAINER to who answers for these packages where they are published.
 maintainer=${CACHESCOPE_MAINTAINER:-"cachescope developers <cachescope@example.org>"}
+# The binary first, as run.sh and test.sh build it (scripts/build.sh: same directory, same
+# environment), so that packaging after either rebuilds nothing.
+bin=${CACHESCOPE_PACKAGE_BIN:-}
+if [ -z "$bin" ]; then
+  bin=$(scripts/build.sh | tail -n 1)
+fi
 # Reproducible: dates from the last commit, not the clock.
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 export SOURCE_DATE_EPOCH=$epoch
 when=$(date -u -R -d "@$epoch")
-
-bin=${CACHESCOPE_PACKAGE_BIN:-}
-if [ -z "$bin" ]; then
-  cargo build --locked --release -p cachescope >&2
-  bin=target/release/cachescope
-fi
 [ -x "$bin" ] || { echo "package: $bin is not an executable" >&2; exit 2; }
 mkdir -p "$out"
 stage=$(mktemp -d)
@@ -68,7 +68,7 @@ install -D -m 755 "$bin" "$root/usr/bin/cachescope"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/cachescope"
 install -d "$root/lib/systemd/system"
 sed -e 's|/usr/local/bin/cachescope|/usr/bin/cachescope|' \
-  -e 's|^#   install -m 755 target/release/cachescope /usr/local/bin/$|#   (installed by the cachescope package)|' \
+  -e 's|^#   install -m 755 .*scripts\/build.sh.*$|#   (installed by the cachescope package)|' \
   -e '/^#   install -m 644 deploy\/systemd\/cachescope.service/d' \
   deploy/systemd/cachescope.service >"$root/lib/systemd/system/cachescope.service"
 chmod 644 "$root/lib/systemd/system/cachescope.service"

@@ -26,6 +26,11 @@ phase() {
   return $rc
 }
 phase setup scripts/setup.sh
+# The release build's directory, shared with run.sh, package.sh and the tests' cost bars
+# (scripts/lib/release.sh), chosen before CARGO_TARGET_DIR is set for the debug build below.
+. scripts/lib/release.sh
+export CACHESCOPE_RELEASE_TARGET
+CACHESCOPE_RELEASE_TARGET=$(release_dir)
 # A clean clone gains nothing from incremental state, which is most of a debug target's size.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The build outside the clone, as the release build and the guests' kernels and QEMU are: a
@@ -50,13 +55,12 @@ fi
 phase rustfmt cargo fmt --all -- --check
 phase clippy cargo clippy --workspace --all-targets --locked -- -D warnings
 # The test binaries, and the release build the cost and guest tests use (crates/cli/tests/
-# common: built once outside the clone, CACHESCOPE_RELEASE_TARGET), before any test runs: a
-# build is a phase of its own, not the first test's time.
-release_target=${CACHESCOPE_RELEASE_TARGET:-/var/cache/cachescope/target-release}
+# common: scripts/build.sh's, in CACHESCOPE_RELEASE_TARGET), before any test runs: a build is
+# a phase of its own, not the first test's time.
 build() {
   cargo nextest run --workspace --locked --no-run --cargo-quiet \
-    && cargo build --release --locked -q -p cachescope --target-dir "$release_target" \
-    && cargo build --release --locked -q -p cachescope --target-dir "$release_target" --example cri_pod
+    && scripts/build.sh -q >/dev/null \
+    && scripts/build.sh -q --example cri_pod >/dev/null
 }
 phase build build
 # A Docker daemon for the tests that need real containers (as the issue's machines run it: no

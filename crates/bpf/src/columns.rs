@@ -84,6 +84,9 @@ pub struct PmuColumns {
     cpu_ns: BTreeMap<String, u64>,
     reads: u64,
     description: String,
+    /// Why PMU columns stay null, each reason once with its columns ("cycles, instructions:
+    /// no hardware PMU ..."); None where every column counts.
+    null_reason: Option<String>,
     /// The kernel's count of dropped charges at the last drain, and the gap the last drain
     /// found.
     lost_seen: u64,
@@ -146,18 +149,19 @@ impl PmuColumns {
                         events.push(x.encoded);
                         columns.push(Named::ALL.iter().position(|n| *n == x.named));
                     }
-                    Ok(x) => missing.push(format!("{}: cannot be opened here", x.named.column())),
-                    Err(u) => missing.push(format!("{}: {}", u.named.column(), u.reason)),
+                    Ok(x) => missing.push((x.named.column(), "cannot be opened here".to_string())),
+                    Err(u) => missing.push((u.named.column(), u.reason)),
                 }
             }
         }
+        let missing = grouped(&missing);
         let what = if events.is_empty() {
-            format!("no PMU event counts here ({}); CPU time from cpu-clock", missing.join("; "))
+            format!("no PMU event counts here ({missing}); CPU time from cpu-clock")
         } else {
             let names: Vec<&str> = columns.iter().flatten().map(|&c| Named::ALL[c].column()).collect();
             let mut d = format!("{}, cpu_ns", names.join(", "));
             if !missing.is_empty() {
-                d.push_str(&format!(" (null: {})", missing.join("; ")));
+                d.push_str(&format!(" (null: {missing})"));
             }
             d
         };
@@ -167,7 +171,9 @@ impl PmuColumns {
         }
         events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
         columns.push(None);
+        let null_reason = (!missing.is_empty()).then(|| missing.clone());
         let on = |src, description| PmuColumns {
+            null_reason: null_reason.clone(),
             src,
             columns: columns.clone(),
             counted,
@@ -306,6 +312,35 @@ impl PmuColumns {
             }
         }
         PmuSample { container: meta.clone(), domain, end, values: v, cpu_ns }
+    }
+}
+
+/// "col, col: reason; col: reason": `missing` (column, reason) pairs with each reason said
+/// once, in the order first seen.
+fn grouped(missing: &[(&str, String)]) -> String {
+    let mut groups: Vec<(Vec<&str>, &str)> = Vec::new();
+    for (col, why) in missing {
+        match groups.iter_mut().find(|(_, w)| *w == why.as_str()) {
+            Some((cols, _)) => cols.push(col),
+            None => groups.push((vec![col], why)),
+        }
+    }
+    groups.iter().map(|(cols, why)| format!("{}: {why}", cols.join(", "))).collect::<Vec<_>>().join("; ")
+}
+
+impl PmuColumns {
+    /// Why PMU columns stay null, each reason once with the columns it explains; None where
+    /// every column counts.
+    pub fn null_reason(&self) -> Option<&str> {
+        self.null_reason.as_deref()
+    }
+
+    /// Where the counts come from, in two words.
+    pub fn source_name(&self) -> &'static str {
+        match self.src {
+            Source::Bpf(_) => "eBPF",
+            Source::Perf(_) => "perf cgroup events",
+        }
     }
 }
 
@@ -526,6 +561,9 @@ impl PmuSource for PmuColumns {
         if self.counted.pmu.iter().any(|&b| b) {
             return None;
         }
+        if per.is_empty() {
+            return Some(format!("CPUs used: no container followed yet ({how})"));
+        }
         Some(format!("CPUs used ({how}): {}", per.join(", ")))
     }
 }
@@ -534,6 +572,19 @@ impl PmuSource for PmuColumns {
 mod tests {
     use super::split_at;
     use std::time::Duration;
+
+    #[test]
+    fn each_reason_a_column_is_null_is_said_once_with_its_columns() {
+        let m = |c: &'static str, w: &str| (c, w.to_string());
+        let missing = [
+            m("cycles", "no PMU"),
+            m("instructions", "no PMU"),
+            m("llc_misses", "busy"),
+            m("llc_references", "no PMU"),
+        ];
+        assert_eq!(super::grouped(&missing), "cycles, instructions, llc_references: no PMU; llc_misses: busy");
+        assert_eq!(super::grouped(&[]), "");
+    }
 
     #[test]
     fn a_late_read_is_split_at_the_sample_time_in_proportion() {

@@ -39,10 +39,11 @@ impl HostContainers {
     /// As [`start`](Self::start), telling `early` of each container that starts, in the
     /// watcher's thread, as soon as its cgroup appears.
     pub fn start_with(h: &Hierarchy, globs: Vec<Glob>, early: Option<Early>) -> Result<HostContainers, CgroupError> {
+        const RUNTIMES: &str = "Docker, containerd, CRI-O and Podman containers and Kubernetes pods, by cgroup name";
         let what = if globs.is_empty() {
-            "containers of the runtimes recognised by name".to_string()
+            RUNTIMES.to_string()
         } else {
-            format!("containers of the runtimes recognised by name and {} glob(s)", globs.len())
+            format!("{RUNTIMES}, and {} --containers glob(s)", globs.len())
         };
         // inotify reports changes as they happen; the full walk is a safety net for what it
         // cannot see (a queue overflow), and costs a walk of the whole tree.

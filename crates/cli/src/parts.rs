@@ -115,6 +115,10 @@ pub struct Common {
     /// container names, ids or cgroup paths.
     #[arg(long, value_name = "GLOB", num_args = 1..)]
     mbm_pin: Vec<String>,
+    /// Say at start why each backend and PMU event that is not used is unavailable (as
+    /// `cachescope info` does), not only what is null.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 /// What the terminal shows (`monitor`).
@@ -257,9 +261,16 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
     match args.pmu(topo, domain_of) {
         Ok(p) => {
             let d = p.describe();
-            // Only CPU time is counted: say why the PMU columns stay null.
+            // Only CPU time is counted: say why the PMU columns stay null, each reason once;
+            // -v adds where the counts would have come from.
             if !p.counted().pmu.iter().any(|&counted| counted) {
-                cachescope_platform::say!("PMU columns: {d}");
+                match p.null_reason() {
+                    Some(why) if !args.verbose => {
+                        let src = p.source_name();
+                        cachescope_platform::say!("PMU columns: {src}, null here ({why}); CPU time from cpu-clock")
+                    }
+                    _ => cachescope_platform::say!("PMU columns: {d}"),
+                }
             }
             Ok((Some(Box::new(p)), d))
         }
@@ -355,6 +366,7 @@ fn build(args: &Common) -> Result<Built, CliError> {
 /// bad input, exit 2).
 fn sinks(
     outs: &Outputs,
+    opened: Opened,
     b: &Built,
     print_every: Duration,
     rotate: &Arc<AtomicBool>,
@@ -372,7 +384,8 @@ fn sinks(
             // plain tables.
             let capable = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
             if t == Terminal::View && capable && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
-                v.push(Box::new(Live::start(host.clone()).map_err(CliError::unavailable)?));
+                let following = b.containers.describe();
+                v.push(Box::new(Live::start(host.clone(), following).map_err(CliError::unavailable)?));
             } else {
                 v.push(Box::new(Table::default()));
             }
@@ -380,7 +393,7 @@ fn sinks(
         None => {}
     }
     let mut record = None;
-    if let Some((dir, rotate_every, rotate_bytes)) = &outs.record {
+    if let (Some((dir, rotate_every, rotate_bytes)), Some(opened)) = (&outs.record, opened.dir) {
         let i = b.backend.info();
         let extra = [
             ("cachescope.pmu".to_string(), b.pmu_description.clone()),
@@ -393,7 +406,8 @@ fn sinks(
             rotate_now: Some(rotate.clone()),
             ..o
         };
-        let sink = RecordSink::start(o).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
+        let sink =
+            RecordSink::start_in(o, opened).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
         for r in sink.recovered() {
             cachescope_platform::say!("{r}");
         }
@@ -405,12 +419,34 @@ fn sinks(
     } else if let Some(r) = record {
         v.push(Box::new(r));
     }
-    if let Some(addr) = outs.listen {
-        let serve = ServeSink::start(addr).map_err(CliError::input)?;
+    if let Some(serve) = opened.serve {
         cachescope_platform::say!("serving Prometheus metrics at http://{}/metrics", serve.addr());
         v.push(Box::new(serve));
     }
     Ok(v)
+}
+
+/// The outputs a run opens before anything else: a directory it cannot write or a port in use
+/// is said before any backend or eBPF set-up, and nothing of it is set up in vain.
+#[derive(Default)]
+struct Opened {
+    dir: Option<cachescope_sinks::parquet::OutputDir>,
+    serve: Option<ServeSink>,
+}
+
+impl Opened {
+    fn open(outs: &Outputs) -> Result<Opened, CliError> {
+        let mut o = Opened::default();
+        if let Some((dir, ..)) = &outs.record {
+            let d = cachescope_sinks::parquet::OutputDir::open(dir)
+                .map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
+            o.dir = Some(d);
+        }
+        if let Some(addr) = outs.listen {
+            o.serve = Some(ServeSink::start(addr).map_err(CliError::input)?);
+        }
+        Ok(o)
+    }
 }
 
 /// How long the end of a run waits for its last files' uploads.
@@ -448,6 +484,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     for sig in [s::SIGUSR1, s::SIGUSR2, s::SIGALRM, s::SIGVTALRM, s::SIGPROF, s::SIGIO, libc::SIGPWR, s::SIGXFSZ] {
         signal_hook::flag::register(sig, ignored.clone()).map_err(handler)?;
     }
+    let opened = Opened::open(outs)?;
     let b = build(args)?;
     if let Some(d) = args.duration.filter(|d| *d < b.interval) {
         return Err(CliError::input(format!(
@@ -455,7 +492,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
             b.interval
         )));
     }
-    let sinks = sinks(outs, &b, args.print_every, &rotate)?;
+    let sinks = sinks(outs, opened, &b, args.print_every, &rotate)?;
     let opts = cachescope_engine::Options {
         interval: b.interval,
         batch: if b.backend.info().sampling == Sampling::Kernel { KERNEL_BATCH } else { BATCH },

@@ -23,21 +23,26 @@ fn header_lines(st: &RunStatus) -> Vec<String> {
             st.missed
         ),
         format!(
-            "RMIDs in use={} limbo={} unmonitored={} failed reads={}",
+            "RMIDs in use={} limbo={} unmonitored={} failed reads={}{}",
             st.rmids_in_use,
             limbo(st),
             st.unmonitored,
-            failed_reads(st)
+            failed_reads(st),
+            if st.rmids_limbo.is_none() { format!(" {LIMBO_UNKNOWN}") } else { String::new() }
         ),
     ];
     v.extend(st.extra.iter().cloned());
     v
 }
 
-/// RMIDs in limbo, `?` where the backend cannot tell.
+/// RMIDs in limbo, `?` where the backend cannot tell (resctrl keeps its own limbo and does not
+/// say; `none` has no RMIDs): never a reassuring 0.
 fn limbo(st: &RunStatus) -> String {
     st.rmids_limbo.map_or("?".to_string(), |n| n.to_string())
 }
+
+/// What `limbo=?` means, said once in the header where it appears.
+const LIMBO_UNKNOWN: &str = "(limbo=?: the backend does not say how many freed RMIDs still hold lines)";
 
 /// Reads that failed where a value should exist, since the start (`error` rows).
 fn failed_reads(st: &RunStatus) -> u64 {
@@ -113,11 +118,13 @@ pub struct Live {
     acc: Accumulator,
     tui: Tui,
     host: String,
+    following: String,
 }
 
 impl Live {
-    pub fn start(host: String) -> Result<Live, String> {
-        Ok(Live { acc: Accumulator::default(), tui: Tui::start()?, host })
+    /// `following`: what the container source looks for, said while no container is seen.
+    pub fn start(host: String, following: String) -> Result<Live, String> {
+        Ok(Live { acc: Accumulator::default(), tui: Tui::start()?, host, following })
     }
 }
 
@@ -139,6 +146,7 @@ impl Sink for Live {
             host: self.host.clone(),
             wall_ns: cachescope_platform::clock::realtime_ns(),
             header,
+            following: self.following.clone(),
             rows: self.acc.take(st.period, &st.l3_bytes),
         });
         if self.tui.quit_requested() {

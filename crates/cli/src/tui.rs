@@ -27,6 +27,8 @@ pub struct Frame {
     pub wall_ns: i64,
     /// The run's state lines.
     pub header: Vec<String>,
+    /// What the run follows ("Docker, containerd, ... containers"), said while there is none.
+    pub following: String,
     pub rows: Vec<ViewRow>,
 }
 
@@ -438,16 +440,18 @@ fn totals_lines(rows: &[ViewRow], width: u16) -> Vec<String> {
     out
 }
 
+/// The help box's lines: at most 72 characters, so that the box (4 more) fits 80 columns
+/// without wrapping, and 9 lines (11 rows) fit 24.
 const HELP: [&str; 9] = [
-    "o / b / i / m   sort by LLC occupancy, memory bandwidth, IPC, LLC misses (MPKI)",
+    "o b i m         sort by occupancy, bandwidth, IPC, LLC misses (MPKI)",
     "d               show or fold each container's L3 domains",
-    "↑ ↓ j k         scroll one line; PgUp PgDn (space) a page; g / G top / end",
+    "↑ ↓ j k         a line; PgUp PgDn (space) a page; g / G top / end",
     "/               filter by name (Enter keeps it, Esc clears it)",
     "? h             this help (any key closes it)",
     "q  Esc  Ctrl-C  quit",
     "",
     "Absent values are '-', never 0: 'unavailable' (no data in that L3 yet),",
-    "'no_rmid' (waiting for an RMID), 'unsupported' (no cache monitoring here).",
+    "'no_rmid' (waiting for an RMID), 'unsupported' (no cache monitoring).",
 ];
 
 /// Draw one screen.
@@ -529,6 +533,20 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
     });
     f.render_widget(Table::new(body_rows, widths).header(head).column_spacing(1), body);
 
+    // No container yet: say what was looked for and how to widen it, where the rows would be.
+    if let Some(fr) = frame.filter(|_| all_lines.is_empty() && st.filter.is_empty()) {
+        let text = vec![
+            Line::from(""),
+            Line::from(format!("No container seen yet. Following: {}.", fr.following)),
+            Line::from(
+                "Others (a service, a cgroup of your own): --containers 'GLOB' over cgroup paths, \
+                 e.g. --containers 'system.slice/*.service'.",
+            ),
+            Line::from("`cachescope info` says what this host offers."),
+        ];
+        let below_head = Rect { y: body.y + 1, height: body.height.saturating_sub(1), ..body };
+        f.render_widget(Paragraph::new(text).wrap(Wrap { trim: false }), below_head);
+    }
     let below = all_lines.len().saturating_sub(st.scroll + visible);
     let mut status = Vec::new();
     if all_lines.is_empty() && frame.is_some() {

@@ -235,3 +235,60 @@ fn the_nri_plugin_says_what_is_missing_in_one_line() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("--plugin-index") && stderr(&o).contains("\"7\""), "{}", stderr(&o));
 }
+
+/// A bad output is said in one line before any backend or eBPF set-up (issue 43): nothing
+/// about backends or PMU events precedes it, and a port in use leaves the directory unlocked.
+#[test]
+fn bad_outputs_are_refused_before_any_backend_is_set_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin().args(["record", "--duration", "1s", "--output", "/proc/cachescope-test"]).output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert_eq!(e.lines().count(), 1, "one line, nothing before it: {e}");
+    assert!(e.starts_with("cachescope: --output /proc/cachescope-test: ") && e.contains("proc filesystem"), "{e}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = dir.path().join("rec");
+    let o = bin().args(["record", "--duration", "1s", "--listen", &addr, "--output"]).arg(&out).output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert_eq!(e.lines().count(), 1, "one line, nothing before it: {e}");
+    assert!(e.contains(&addr), "{e}");
+    // The directory it opened first is free again: a recorder starts there.
+    let o = bin().args(["record", "--duration", "300ms", "--pmu", "off", "--output"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// On a host without cache monitoring, what `record` says before it samples is at most three
+/// lines of at most 240 characters (it was ~1,500 characters: every backend's reason, "no
+/// hardware PMU" four times), pointing at `cachescope info` and -v; -v says it all.
+#[test]
+fn the_start_up_text_without_rdt_is_three_short_lines() {
+    let info = bin().args(["info", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    if v["auto"]["cache_monitoring"] != "none" {
+        return cachescope_testkit::skip("this host has cache monitoring: its start-up says which backend runs");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let said = |more: &[&str]| {
+        let o = bin()
+            .args(["record", "--duration", "300ms", "--print-every", "10s", "--output"])
+            .arg(dir.path().join("rec"))
+            .args(more)
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert!(o.status.success(), "{e}");
+        // Up to the run's closing lines (its ticks and lateness).
+        e.lines().take_while(|l| !l.contains(" ticks, lateness ")).map(String::from).collect::<Vec<_>>()
+    };
+    let short = said(&[]);
+    assert!(!short.is_empty() && short.len() <= 3, "{short:#?}");
+    for l in &short {
+        assert!(l.chars().count() <= 240, "{} characters: {l}", l.chars().count());
+    }
+    let all = short.join("\n");
+    assert!(all.contains("no cache monitoring on this host") && all.contains("`cachescope info`, or -v"), "{all}");
+    let long = said(&["-v"]).join("\n");
+    assert!(long.contains("kmod: ") && long.contains("resctrl: "), "-v names every backend's reason: {long}");
+}

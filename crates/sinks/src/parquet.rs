@@ -35,7 +35,7 @@ pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
 pub use schema::{schema, to_batch, Provenance, PMU_LOST, SCHEMA_VERSION};
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -150,13 +150,22 @@ fn pq(what: impl Into<String>) -> impl FnOnce(parquet::errors::ParquetError) -> 
     move |e| SinkError::Parquet(format!("{}: {e}", what))
 }
 
-impl ParquetSink {
-    /// Check that `dir` can take files (created if missing), recover files a crash left, and
-    /// get ready. A directory that cannot be written is an error here, before any sampling.
-    pub fn new(opts: Options) -> Result<ParquetSink, SinkError> {
-        refuse_pseudo_fs(&opts.dir)?;
+/// An output directory made ready for a recording: checked, created, locked, and what a crash
+/// left there recovered. Opened apart from the sink so that a run can refuse a bad directory
+/// before it sets up any backend ([`ParquetSink::in_dir`] takes it over).
+pub struct OutputDir {
+    dir: PathBuf,
+    lock: File,
+    recovered: Vec<Recovery>,
+}
+
+impl OutputDir {
+    /// Check that `dir` can take files (created if missing), take its lock and recover the
+    /// files a crash left. A directory that cannot be written is an error here.
+    pub fn open(dir: &Path) -> Result<OutputDir, SinkError> {
+        refuse_pseudo_fs(dir)?;
         // create_dir_all on a file (or below one) says only "File exists".
-        if let Some(file) = opts.dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+        if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
             return Err(SinkError::NotADirectory(file.to_path_buf()));
         }
         // 0750 whatever the umask (under umask 000 it was 0777, its files 0666).
@@ -165,16 +174,41 @@ impl ParquetSink {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o750)
-                .create(&opts.dir)
-                .map_err(io(format!("creating {}", opts.dir.display())))?;
+                .create(dir)
+                .map_err(io(format!("creating {}", dir.display())))?;
         }
-        let probe = opts.dir.join(format!(".cachescope-probe-{}", std::process::id()));
-        new_file(&probe, false).map_err(io(format!("{} is not writable", opts.dir.display())))?;
+        let probe = dir.join(format!(".cachescope-probe-{}", std::process::id()));
+        new_file(&probe, false).map_err(io(format!("{} is not writable", dir.display())))?;
         let _ = fs::remove_file(&probe);
         // Before anything in the directory is touched: a second recorder would rename the
         // first one's live file as if a crash had left it.
-        let lock = lock_dir(&opts.dir)?;
-        let recovered = recover_dir(&opts.dir)?;
+        let lock = lock_dir(dir)?;
+        let recovered = recover_dir(dir)?;
+        Ok(OutputDir { dir: dir.to_path_buf(), lock, recovered })
+    }
+
+    /// What recovery found: files a crash left, recovered.
+    pub fn recovered(&self) -> &[Recovery] {
+        &self.recovered
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl ParquetSink {
+    /// Open `opts.dir` ([`OutputDir::open`]) and get ready. A directory that cannot be
+    /// written is an error here, before any sampling.
+    pub fn new(opts: Options) -> Result<ParquetSink, SinkError> {
+        let dir = OutputDir::open(&opts.dir)?;
+        Self::in_dir(opts, dir)
+    }
+
+    /// Get ready to write into `dir`, opened before (its path replaces `opts.dir`).
+    pub fn in_dir(mut opts: Options, dir: OutputDir) -> Result<ParquetSink, SinkError> {
+        let OutputDir { dir, lock, recovered } = dir;
+        opts.dir = dir;
         let schema = schema();
         let mut kv = vec![KeyValue::new("cachescope.schema_version".into(), SCHEMA_VERSION.to_string())];
         kv.extend(opts.metadata.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));

@@ -85,6 +85,14 @@ pub struct RecordSink {
 impl RecordSink {
     /// Open the directory (fails early: an unwritable directory is the caller's bad input).
     pub fn start(o: RecordOptions) -> Result<RecordSink, crate::SinkError> {
+        let dir = crate::parquet::OutputDir::open(&o.dir)?;
+        Self::start_in(o, dir)
+    }
+
+    /// [`RecordSink::start`] in a directory opened before ([`crate::parquet::OutputDir::open`]:
+    /// a run checks its outputs before it sets up a backend); its path replaces `o.dir`.
+    pub fn start_in(mut o: RecordOptions, dir: crate::parquet::OutputDir) -> Result<RecordSink, crate::SinkError> {
+        o.dir = dir.path().to_path_buf();
         let mut p = ParquetOptions::new(o.dir.clone(), o.host);
         p.rotate_every = o.rotate_every;
         p.rotate_bytes = o.rotate_bytes;
@@ -97,7 +105,7 @@ impl RecordSink {
             "cachescope.sparse".into(),
             "changes + 1 s keyframes; carry occupancy forward, absent counters moved 0".into(),
         ));
-        let rec = Recorder::start(p)?;
+        let rec = Recorder::start_in(p, dir)?;
         Ok(RecordSink {
             rec: Some(rec),
             sparse: Sparse::new(o.upscale, 1_000_000_000),

@@ -17,7 +17,17 @@ pub(super) fn unsupported(args: &Common, host: &CpuInfo, d: &cachescope_detect::
         .map(|b| format!("{}: {}", b.name, b.reason))
         .collect();
     let why = format!("no cache monitoring on this host ({})", why.join("; "));
-    cachescope_platform::say!("{why}; {}; --emulate MODEL emulates them", cachescope_detect::NONE_DOES);
+    // One short line unless asked (-v): each backend's reason is `cachescope info`'s to say.
+    if args.verbose {
+        cachescope_platform::say!("{why}; {}; --emulate MODEL emulates them", cachescope_detect::NONE_DOES);
+    } else {
+        cachescope_platform::say!(
+            "no cache monitoring on this host: following its containers with CPU time and PMU columns, \
+             occupancy and bandwidth null (status unsupported; why: `cachescope info`, or -v); \
+             --emulate {} shows the demo",
+            cachescope_engine::backend::DEMO_MODEL
+        );
+    }
     let domains: Vec<u32> = parts.topo.l3_domains.iter().map(|d| d.id).collect();
     let domains = if domains.is_empty() { vec![0] } else { domains };
     let backend = Unsupported::new(domains, parts.topo.l3_bytes(), host.summary(), &why);

@@ -49,6 +49,7 @@ fn frame(n: usize) -> Frame {
         host: "node-7".into(),
         wall_ns: 1_795_489_652_481_257_541,
         header: vec!["t=1.000s  backend=emulated interval=1ms".into()],
+        following: "Docker, containerd, CRI-O and Podman containers and Kubernetes pods, by cgroup name".into(),
         rows,
     }
 }
@@ -176,4 +177,34 @@ fn keys_scroll_filter_expand_and_help() {
     let s = screen(100, 20, &fr, &mut st);
     assert!(s.iter().any(|l| l.contains("MBM MB/s▼")));
     assert_eq!(st.on_key(key(KeyCode::Char('q'))), Action::Quit);
+}
+
+#[test]
+fn the_help_box_is_whole_at_80_by_24() {
+    let fr = frame(40);
+    let mut st = State { help: true, ..State::default() };
+    let s = screen(80, 24, &fr, &mut st);
+    let all = s.join("\n");
+    for line in super::HELP.iter().filter(|l| !l.is_empty()) {
+        assert!(s.iter().any(|l| l.contains(line)), "help line {line:?} cut or wrapped:\n{all}");
+    }
+    assert!(s.iter().any(|l| l.contains("┌ keys ─")), "{all}");
+}
+
+#[test]
+fn no_container_says_what_was_looked_for_and_how_to_widen_it() {
+    let mut fr = frame(0);
+    fr.rows.clear();
+    for width in [80u16, 100, 160] {
+        let mut st = State::default();
+        let s = screen(width, 24, &fr, &mut st);
+        let all = s.join(" ");
+        let flat: String = all.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("No container seen yet. Following: Docker, containerd, CRI-O and Podman"),
+            "{width}: {all}"
+        );
+        assert!(flat.contains("--containers 'GLOB'") && flat.contains("cachescope info"), "{width}: {all}");
+        assert!(s.last().unwrap().contains("no containers"), "{width}: {}", s.last().unwrap());
+    }
 }

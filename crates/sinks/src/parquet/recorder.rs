@@ -18,7 +18,13 @@ pub struct Recorder {
 
 impl Recorder {
     pub fn start(opts: Options) -> Result<Recorder, SinkError> {
-        let mut sink = ParquetSink::new(opts)?;
+        let dir = super::OutputDir::open(&opts.dir)?;
+        Self::start_in(opts, dir)
+    }
+
+    /// [`Recorder::start`] in a directory opened before.
+    pub fn start_in(opts: Options, dir: super::OutputDir) -> Result<Recorder, SinkError> {
+        let mut sink = ParquetSink::in_dir(opts, dir)?;
         let recovered = sink.recovered().to_vec();
         let stats = sink.stats();
         let (tx, rx) = std::sync::mpsc::channel::<Vec<Row>>();

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds cachescope (release) and prints the binary's path as the last line of stdout; cargo's
+# progress goes to stderr. run.sh, package.sh and test.sh build through this script, into one
+# target directory (scripts/lib/release.sh: $CACHESCOPE_RELEASE_TARGET or $CARGO_TARGET_DIR, else
+# /var/cache/cachescope/target-release, else target/), with the same environment, so that none
+# of them rebuilds what another built: SOURCE_DATE_EPOCH, for one, makes the C dependencies'
+# build scripts run again, and package.sh sets it only after this build.
+# Usage: scripts/build.sh [CARGO-BUILD-ARGUMENTS...]   (e.g. -q, or --example cri_pod)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/release.sh
+dir=$(release_dir)
+quiet=0
+for a in "$@"; do [ "$a" = -q ] && quiet=1; done
+if ((!quiet)) && [ ! -x "$dir/release/cachescope" ]; then
+  echo "build: cachescope (release) into $dir: about 10 minutes on 2 CPUs the first time, seconds afterwards" >&2
+fi
+cargo build --release --locked -p cachescope --target-dir "$dir" "$@" >&2
+echo "$dir/release/cachescope"
