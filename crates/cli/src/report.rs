@@ -79,7 +79,8 @@ fn text(report: &cachescope_report::Report) -> String {
     let mut o = html::facts_text(&report.run);
     o.push('\n');
     if report.episodes.is_empty() {
-        o.push_str("No noisy-neighbour episode: no container's occupancy or bandwidth rose while a neighbour lost occupancy or IPC.\n");
+        o.push_str(&html::no_episode(report));
+        o.push('\n');
     } else {
         o.push_str("Noisy-neighbour episodes:\n");
         let t0 = report.run.start_ns.unwrap_or(0);

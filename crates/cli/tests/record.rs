@@ -635,6 +635,29 @@ fn host_without_cache_monitoring_records_cpu_time_and_serves() {
     if !pmu.contains("cycles") {
         assert!(rs.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     }
+    // `report` shows what this backend measured (issue 43): each container's CPU time, whose
+    // mean times its seconds is the sum of its rows' cpu_ns, in text, JSON and HTML.
+    let o = bin().args(["report", "--json"]).arg(&out_dir).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let busy_json = v["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["container_id"].as_str().is_some_and(|id| id.starts_with(&format!("{base}_busy"))))
+        .unwrap_or_else(|| panic!("no busy container in {v:#}"));
+    let summed: i64 = busy.iter().filter_map(|r| r.cpu_ns).sum();
+    let (mean, secs) = (busy_json["cpu_mean"].as_f64().unwrap(), busy_json["seconds"].as_f64().unwrap());
+    assert!((mean * secs * 1e9 - summed as f64).abs() <= 1e-6 * summed as f64 + 1.0, "{busy_json:#} vs {summed} ns");
+    let (p50, p99) = (busy_json["cpu_p50"].as_f64().unwrap(), busy_json["cpu_p99"].as_f64().unwrap());
+    assert!(p99 >= p50 && p99 > 0.0 && p99 <= 2.0, "{busy_json:#}");
+    let text = String::from_utf8_lossy(&bin().arg("report").arg(&out_dir).output().unwrap().stdout).into_owned();
+    assert!(text.contains("CPU_P50 CPU_P99") && text.contains("these files hold no occupancy or bandwidth"), "{text}");
+    let html = dir.path().join("r.html");
+    let o = bin().arg("report").arg(&out_dir).arg("--html").arg(&html).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("-cpu\"><svg") && page.contains("CPU time per container"), "no CPU chart in the page");
 }
 
 /// A busy shell in a new child cgroup `inner` of `parent`.

@@ -278,6 +278,7 @@ mod tests {
             ipc: ipc.map_or(vec![None; n], |v| v.iter().map(|x| Some(*x)).collect()),
             mpki: vec![None; n],
             no_rmid: vec![0.0; n],
+            cpu: vec![None; n],
         }
     }
 

@@ -95,10 +95,13 @@ pub fn charts(r: &Report) -> Vec<(String, String, String)> {
             marked,
         }
         .render();
-        out.push((format!("domain-{}-occupancy.svg", d.domain), format!("domain {} occupancy", d.domain), occ));
         let measured = |f: &dyn Fn(&crate::timeline::Line) -> &Vec<Option<f64>>| {
             lines.iter().any(|l| f(l).iter().any(Option::is_some))
         };
+        // Without cache monitoring (`none`) there is no occupancy to draw: no empty chart.
+        if measured(&|l| &l.occupancy) {
+            out.push((format!("domain-{}-occupancy.svg", d.domain), format!("domain {} occupancy", d.domain), occ));
+        }
         let mut plain =
             |name: &str, title: String, unit: &str, f: &dyn Fn(&crate::timeline::Line) -> Vec<Option<f64>>| {
                 let c = Chart {
@@ -121,6 +124,9 @@ pub fn charts(r: &Report) -> Vec<(String, String, String)> {
         }
         if measured(&|l| &l.ipc) {
             plain("ipc", format!("L3 domain {}: instructions per cycle", d.domain), "IPC", &|l| l.ipc.clone());
+        }
+        if measured(&|l| &l.cpu) {
+            plain("cpu", format!("L3 domain {}: CPU time per container", d.domain), "CPUs", &|l| l.cpu.clone());
         }
         if measured(&|l| &l.mpki) {
             plain("mpki", format!("L3 domain {}: LLC misses per 1000 instructions", d.domain), "MPKI", &|l| {
@@ -240,6 +246,20 @@ pub fn facts_text(f: &Facts) -> String {
 }
 
 /// The whole page.
+/// What the page and the text say where no episode was found: none, or none could be, as the
+/// files hold neither occupancy nor bandwidth (the `none` backend: CPU time and PMU only).
+pub fn no_episode(r: &Report) -> String {
+    let measured = |f: &dyn Fn(&crate::summary::Summary) -> bool| r.containers.iter().any(f);
+    if !measured(&|s| s.occupancy_max_bytes.is_some() || s.mbm_total_mean_bytes_per_sec.is_some()) {
+        return "No noisy-neighbour episode can be found: these files hold no occupancy or bandwidth (recorded \
+                without cache monitoring); each container's CPU time is below."
+            .into();
+    }
+    "No noisy-neighbour episode: no container's occupancy or bandwidth rose while a neighbour in its L3 domain \
+     lost occupancy or IPC."
+        .into()
+}
+
 pub fn page(r: &Report) -> String {
     let mut o = String::new();
     let title = format!("cachescope report — {}", r.run.hosts.join(", "));
@@ -264,7 +284,7 @@ pub fn page(r: &Report) -> String {
     }
     o.push_str("</table>\n<h2>Noisy neighbours</h2>\n");
     if r.episodes.is_empty() {
-        o.push_str("<p id=\"episodes\">No episode in which one container's occupancy or bandwidth rose while a neighbour in its L3 domain lost occupancy or IPC.</p>\n");
+        let _ = writeln!(o, "<p id=\"episodes\">{}</p>", escape(&no_episode(r)));
     } else {
         let t0 = r.run.start_ns.unwrap_or(0);
         o.push_str("<table id=\"episodes\"><tr><th>#</th><th>when (s from start)</th><th>domain</th><th>who</th><th>what</th></tr>\n");
@@ -282,16 +302,17 @@ pub fn page(r: &Report) -> String {
         o.push_str("</table>\n");
     }
     let col = colors(r);
-    o.push_str("<h2>Containers</h2>\n<table id=\"containers\"><tr><th>container</th><th>seconds</th><th>occupancy p50</th><th>p99</th><th>max</th><th>MBM mean</th><th>MBM peak (1 s)</th><th>IPC</th><th>LLC MPKI</th><th>no RMID</th></tr>\n");
+    o.push_str("<h2>Containers</h2>\n<table id=\"containers\"><tr><th>container</th><th>seconds</th><th>occupancy p50</th><th>p99</th><th>max</th><th>MBM mean</th><th>MBM peak (1 s)</th><th>IPC</th><th>LLC MPKI</th><th>no RMID</th><th>CPUs mean</th><th>CPUs p50 (1 s)</th><th>p99</th></tr>\n");
     for s in &r.containers {
         let name = s.container_name.as_deref().unwrap_or(&s.container_id);
         let f2 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+        let f3 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.3}"));
         let num = |v: Option<f64>, shown: String| {
             format!("<td class=\"n\" data-v=\"{}\">{}</td>", v.map_or("".into(), |x| format!("{x}")), escape(&shown))
         };
         let _ = writeln!(
             o,
-            "<tr data-id=\"{}\"><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>{}{}{}{}{}{}{}{}{}</tr>",
+            "<tr data-id=\"{}\"><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>{}{}{}{}{}{}{}{}{}{}{}{}</tr>",
             escape(&s.container_id),
             col.get(&s.container_id).copied().unwrap_or("#888"),
             escape(name),
@@ -304,6 +325,9 @@ pub fn page(r: &Report) -> String {
             num(s.ipc, f2(s.ipc)),
             num(s.llc_mpki, f2(s.llc_mpki)),
             num(Some(s.no_rmid_share), format!("{:.1} %", s.no_rmid_share * 100.0)),
+            num(s.cpu_mean, f3(s.cpu_mean)),
+            num(s.cpu_p50, f3(s.cpu_p50)),
+            num(s.cpu_p99, f3(s.cpu_p99)),
         );
     }
     o.push_str("</table>\n");
@@ -314,7 +338,7 @@ pub fn page(r: &Report) -> String {
         if current != Some(domain) {
             current = Some(domain);
             let _ = writeln!(o, "<h2>L3 domain {}</h2>", escape(domain));
-            if let Some(d) = r.domains.iter().find(|d| d.domain.to_string() == domain) {
+            if let Some(d) = r.domains.iter().find(|d| d.domain.to_string() == domain && d.used_max_bytes.is_some()) {
                 let _ = writeln!(
                     o,
                     "<p>Highest total occupancy: {}{}.</p>",
@@ -371,6 +395,7 @@ mod pmu_tests {
                 cycles: Some(2_000_000),
                 instructions: Some(3_000_000),
                 misses: Some(3_000),
+                cpu_ns: None,
                 no_rmid: t > 150,
                 stopped: false,
             })

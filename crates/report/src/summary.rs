@@ -51,6 +51,13 @@ pub struct Summary {
     pub llc_mpki: Option<f64>,
     /// Share of the covered time (summed over domains) spent as `no_rmid`.
     pub no_rmid_share: f64,
+    /// CPU time over the covered time, in CPUs (1.0: one CPU busy throughout), summed over
+    /// domains; None where no row has `cpu_ns`.
+    pub cpu_mean: Option<f64>,
+    /// The median and the 99th percentile of its CPU use per whole second, in CPUs: a second
+    /// without a row used none (rows are sparse).
+    pub cpu_p50: Option<f64>,
+    pub cpu_p99: Option<f64>,
 }
 
 /// Summaries for every container in `files`, sorted by p99 occupancy (highest first), and
@@ -151,6 +158,9 @@ pub struct SummaryAcc {
     pub out_of_order: u64,
     /// Its series ended with a `stopped` row (else it ran to the end of the recording).
     stopped: bool,
+    /// CPU time per second (by the second its interval ends in), ns; its sum.
+    cpu_sec: BTreeMap<i64, i64>,
+    cpu_total: Option<i64>,
 }
 
 impl SummaryAcc {
@@ -184,6 +194,10 @@ impl SummaryAcc {
             if let Some(v) = v {
                 *slot = Some(slot.unwrap_or(0).saturating_add(v));
             }
+        }
+        if let Some(c) = p.cpu_ns {
+            *self.cpu_sec.entry((p.time_ns - 1).div_euclid(1_000_000_000)).or_default() += c;
+            self.cpu_total = Some(self.cpu_total.unwrap_or(0).saturating_add(c));
         }
         if let Some(b) = p.mbm_total {
             let s = (p.time_ns - 1).div_euclid(1_000_000_000);
@@ -258,6 +272,7 @@ impl SummaryAcc {
         let counted = |v: Option<i64>| v.map(|x| x.max(0) as u64);
         let [total, local, cycles, instructions, misses] = self.sums;
         let (cycles, instructions, misses) = (counted(cycles), counted(instructions), counted(misses));
+        let (cpu_p50, cpu_p99) = self.cpu_quantiles(first, last);
         Summary {
             container_id: id,
             container_name: self.name.clone(),
@@ -272,7 +287,30 @@ impl SummaryAcc {
             ipc: ipc(instructions, cycles),
             llc_mpki: mpki(misses, instructions),
             no_rmid_share: if self.held_total > 0 { self.held_no_rmid as f64 / self.held_total as f64 } else { 0.0 },
+            cpu_mean: self.cpu_total.filter(|_| seconds > 0.0).map(|c| c.max(0) as f64 / 1e9 / seconds),
+            cpu_p50,
+            cpu_p99,
         }
+    }
+
+    /// The median and 99th percentile of CPU use per second over the seconds [first, last]
+    /// touches, in CPUs; a second without a row counts 0. The first and the last second count
+    /// for the part of them covered, so a run that starts mid-second shows no false dip.
+    fn cpu_quantiles(&self, first: i64, last: i64) -> (Option<f64>, Option<f64>) {
+        if self.cpu_total.is_none() || last <= first {
+            return (None, None);
+        }
+        const S: i64 = 1_000_000_000;
+        let (s0, s1) = (first.div_euclid(S), (last - 1).div_euclid(S));
+        let mut per: Vec<f64> = (s0..=s1)
+            .map(|s| {
+                let covered = ((s + 1) * S).min(last) - (s * S).max(first);
+                self.cpu_sec.get(&s).copied().unwrap_or(0).max(0) as f64 / covered.max(1) as f64
+            })
+            .collect();
+        per.sort_by(f64::total_cmp);
+        let at = |q: f64| per[((q * per.len() as f64).ceil() as usize).clamp(1, per.len()) - 1];
+        (Some(at(0.5)), Some(at(0.99)))
     }
 }
 

@@ -13,10 +13,11 @@ pub fn table(rows: &[Summary]) -> String {
     let mib = |v: Option<u64>| v.map_or("-".into(), |b| format!("{:.2}", b as f64 / 1048576.0));
     let mbs = |v: Option<f64>| v.map_or("-".into(), |b| format!("{:.1}", b / 1e6));
     let f2 = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+    let cpus = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.3}"));
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<NAME$} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7}",
+        "{:<NAME$} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7} {:>7} {:>7}",
         "CONTAINER",
         "SECONDS",
         "SAMPLES",
@@ -27,12 +28,14 @@ pub fn table(rows: &[Summary]) -> String {
         "MBM_PEAK",
         "IPC",
         "MPKI",
-        "NO_RMID"
+        "NO_RMID",
+        "CPU_P50",
+        "CPU_P99"
     );
     let _ = writeln!(
         o,
-        "{:<NAME$} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7}",
-        "", "", "", "MiB", "MiB", "MiB", "MB/s", "MB/s", "", "", "%"
+        "{:<NAME$} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7} {:>7} {:>7}",
+        "", "", "", "MiB", "MiB", "MiB", "MB/s", "MB/s", "", "", "%", "CPUs", "CPUs"
     );
     for s in rows {
         // Names come from cgroup paths and runtimes: control characters are shown escaped.
@@ -47,7 +50,7 @@ pub fn table(rows: &[Summary]) -> String {
         let label = shorten(&label, NAME);
         let _ = writeln!(
             o,
-            "{:<NAME$} {:>8.1} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7.1}",
+            "{:<NAME$} {:>8.1} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>6} {:>7} {:>7.1} {:>7} {:>7}",
             label,
             s.seconds,
             s.samples,
@@ -58,7 +61,9 @@ pub fn table(rows: &[Summary]) -> String {
             mbs(s.mbm_total_peak_bytes_per_sec),
             f2(s.ipc),
             f2(s.llc_mpki),
-            s.no_rmid_share * 100.0
+            s.no_rmid_share * 100.0,
+            cpus(s.cpu_p50),
+            cpus(s.cpu_p99)
         );
     }
     o
@@ -83,6 +88,9 @@ mod tests {
             ipc: Some(0.5),
             llc_mpki: Some(10.0),
             no_rmid_share: 0.0,
+            cpu_mean: Some(0.25),
+            cpu_p50: Some(0.125),
+            cpu_p99: None,
         }
     }
 
@@ -96,5 +104,6 @@ mod tests {
         assert!(lines[2..].iter().all(|l| l.chars().count() == width), "aligned:\n{t}");
         assert!(lines[3].starts_with("docker-3f2a9") && lines[3].contains('…') && lines[3].contains(".scope "), "{t}");
         assert!(lines[2].contains("100.0") && !t.contains('\u{1b}'), "{t}");
+        assert!(lines[0].ends_with("CPU_P50 CPU_P99") && lines[2].ends_with("  0.125       -"), "{t}");
     }
 }

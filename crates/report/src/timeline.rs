@@ -43,6 +43,8 @@ pub struct Line {
     pub mpki: Vec<Option<f64>>,
     /// Share of the bucket the container spent without an RMID.
     pub no_rmid: Vec<f64>,
+    /// CPU time over the bucket, in CPUs (1.0: one CPU busy throughout).
+    pub cpu: Vec<Option<f64>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,9 +112,9 @@ struct LineAcc {
     no_rmid: Vec<f64>,
     /// A no-RMID row whose span ends where the next row's interval begins.
     pending_no_rmid: Option<(i64, i64)>,
-    /// MBM total, cycles, instructions, LLC misses: spread sums and whether measured.
-    sums: [Vec<f64>; 4],
-    touched: [Vec<bool>; 4],
+    /// MBM total, cycles, instructions, LLC misses, CPU time: spread sums and whether measured.
+    sums: [Vec<f64>; 5],
+    touched: [Vec<bool>; 5],
     /// The series' life: the start of its first interval, the end of its last.
     life: Option<(i64, i64)>,
 }
@@ -174,8 +176,8 @@ impl Builder {
             cur: None,
             no_rmid: vec![0.0; n],
             pending_no_rmid: None,
-            sums: [vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]],
-            touched: [vec![false; n], vec![false; n], vec![false; n], vec![false; n]],
+            sums: std::array::from_fn(|_| vec![0.0; n]),
+            touched: std::array::from_fn(|_| vec![false; n]),
             life: None,
         });
         // Occupancy at a bucket's end: the last row at or before it (a stopped row ends it).
@@ -197,7 +199,7 @@ impl Builder {
         if p.stopped {
             return;
         }
-        for (slot, v) in [p.mbm_total, p.cycles, p.instructions, p.misses].into_iter().enumerate() {
+        for (slot, v) in [p.mbm_total, p.cycles, p.instructions, p.misses, p.cpu_ns].into_iter().enumerate() {
             if let Some(v) = v {
                 spread(&mut acc.sums[slot], &mut acc.touched[slot], start_ns, w, begin(p), p.time_ns, v as f64);
             }
@@ -245,7 +247,8 @@ impl Builder {
                 })
                 .collect();
             let no_rmid = acc.no_rmid.iter().map(|v| v.clamp(0.0, 1.0)).collect();
-            let line = Line { id, name: acc.name, occupancy: acc.occupancy, bandwidth, ipc, mpki, no_rmid };
+            let cpu = (0..n).map(|k| value(4, k).filter(|_| secs(k) > 0.0).map(|ns| ns / 1e9 / secs(k))).collect();
+            let line = Line { id, name: acc.name, occupancy: acc.occupancy, bandwidth, ipc, mpki, no_rmid, cpu };
             by_domain.entry(domain).or_default().push(line);
         }
         let domains = by_domain.into_iter().map(|(domain, lines)| Domain { domain, lines }).collect();
@@ -294,6 +297,7 @@ mod tests {
             cycles: None,
             instructions: None,
             misses: None,
+            cpu_ns: None,
             no_rmid: false,
             stopped: false,
         }

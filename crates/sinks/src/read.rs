@@ -60,6 +60,8 @@ pub struct Point {
     pub cycles: Option<i64>,
     pub instructions: Option<i64>,
     pub misses: Option<i64>,
+    /// CPU time in the interval (schema 3's `cpu_ns`; None in older files).
+    pub cpu_ns: Option<i64>,
     pub no_rmid: bool,
     /// A `stopped` row (schema 2): the end of this (container, domain) series, no values.
     pub stopped: bool,
@@ -146,7 +148,7 @@ fn metadata_of(path: &Path) -> Result<BTreeMap<String, String>, SinkError> {
 fn plausible(p: &Point) -> bool {
     const HOUR_NS: i64 = 3_600_000_000_000;
     const MAX_BYTES_PER_NS: i64 = 10_000; // 10 TB/s
-    let non_negative = [p.occupancy, p.mbm_total, p.mbm_local, p.cycles, p.instructions, p.misses]
+    let non_negative = [p.occupancy, p.mbm_total, p.mbm_local, p.cycles, p.instructions, p.misses, p.cpu_ns]
         .iter()
         .all(|v| v.is_none_or(|x| x >= 0));
     let rate_ok = |v: Option<i64>| v.is_none_or(|x| x / p.interval_ns.max(1) <= MAX_BYTES_PER_NS);
@@ -157,6 +159,8 @@ fn plausible(p: &Point) -> bool {
         && rate_ok(p.mbm_total)
         && rate_ok(p.mbm_local)
         && p.occupancy.is_none_or(|o| o <= 1 << 50)
+        // At most 4,096 CPUs' worth of CPU time in the interval.
+        && p.cpu_ns.is_none_or(|c| c / p.interval_ns.max(1) <= 4096)
 }
 
 /// What the files say of themselves, without their rows.
@@ -228,6 +232,8 @@ fn read_file(
             (col_i64(&b, "mbm_total_bytes").map_err(named)?, col_i64(&b, "mbm_local_bytes").map_err(named)?);
         let cyc = col_i64(&b, "cycles").map_err(named)?;
         let (ins, mis) = (col_i64(&b, "instructions").map_err(named)?, col_i64(&b, "llc_misses").map_err(named)?);
+        // Files from before the column: no CPU time, not an error.
+        let cpu = if b.column_by_name("cpu_ns").is_some() { col_i64(&b, "cpu_ns").map_err(named)? } else { Vec::new() };
         for i in 0..b.num_rows() {
             let st = text(status, i);
             let stopped = st == Some("stopped");
@@ -241,6 +247,7 @@ fn read_file(
                 cycles: cyc[i],
                 instructions: ins[i],
                 misses: mis[i],
+                cpu_ns: cpu.get(i).copied().flatten(),
                 no_rmid: st == Some("no_rmid"),
                 stopped,
             };

@@ -170,3 +170,38 @@ fn an_idle_container_lasts_to_the_end_of_the_recording() {
     assert!((seconds("busy") - 2.9).abs() < 1e-9, "{}", seconds("busy"));
     assert!((seconds("idle") - 2.9).abs() < 1e-9, "idle ran to the end: {}", seconds("idle"));
 }
+
+/// CPU time (the `none` backend's one measured column): mean over the covered time, and the
+/// median and 99th percentile of each whole second's use, a second without a row counting 0.
+#[test]
+fn cpu_use_is_summarised_per_second_with_silent_seconds_as_zero() {
+    let pt = |k: i64, cpu: i64| Point {
+        time_ns: T0 + k * 10_000_000,
+        interval_ns: 10_000_000,
+        domain: 0,
+        occupancy: None,
+        mbm_total: None,
+        mbm_local: None,
+        cycles: None,
+        instructions: None,
+        misses: None,
+        cpu_ns: Some(cpu),
+        no_rmid: false,
+        stopped: false,
+    };
+    // 4 s at 10 ms: 1 ms of CPU per interval (0.1 CPU) for 2 s, no row for 1 s (sparse: it
+    // ran nothing), then 5 ms per interval (0.5 CPU) for 1 s.
+    let mut points: Vec<Point> = (1..=200).map(|k| pt(k, 1_000_000)).collect();
+    points.extend((301..=400).map(|k| pt(k, 5_000_000)));
+    let s = summaries(BTreeMap::from([("a".to_string(), Recorded { name: None, points })])).remove(0);
+    assert!((s.seconds - 4.0).abs() < 1e-9, "{s:?}");
+    let mean = s.cpu_mean.unwrap();
+    assert!((mean - (0.1 * 2.0 + 0.5) / 4.0).abs() < 1e-9, "{mean}");
+    assert!((s.cpu_p50.unwrap() - 0.1).abs() < 1e-9, "{s:?}");
+    assert!((s.cpu_p99.unwrap() - 0.5).abs() < 1e-9, "{s:?}");
+    // Files without the column: no figure, not 0.
+    let mut p = pt(1, 0);
+    p.cpu_ns = None;
+    let s = summaries(BTreeMap::from([("b".to_string(), Recorded { name: None, points: vec![p] })])).remove(0);
+    assert_eq!((s.cpu_mean, s.cpu_p50, s.cpu_p99), (None, None, None));
+}
