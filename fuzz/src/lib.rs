@@ -167,6 +167,8 @@ pub fn report_parquet(data: &[u8]) {
         return;
     }
     let _ = cachescope_report::summary::summarize(std::slice::from_ref(&path));
+    // The whole report: the runs pass (metadata and time columns), then every row.
+    let _ = cachescope_report::analyze_files(std::slice::from_ref(&path));
     let _ = cachescope_sinks::read::file_metadata(&path);
     let _ = std::fs::remove_file(&path);
 }

@@ -3,8 +3,9 @@
 
 use crate::error::CliError;
 use cachescope_report::text::table;
-use cachescope_report::{analyze_files, html};
-use cachescope_sinks::read::files;
+use cachescope_report::{analyze_runs, html, recordings};
+use cachescope_sinks::read::{files, runs, RunFiles};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -12,7 +13,7 @@ pub struct ReportArgs {
     /// Parquet files, or directories holding them.
     #[arg(required = true, value_name = "FILE|DIR")]
     paths: Vec<PathBuf>,
-    /// One JSON object (run facts, containers, domains, episodes) instead of text.
+    /// One JSON object per recording (run facts, containers, domains, episodes) instead of text.
     #[arg(long)]
     json: bool,
     /// Write a self-contained HTML page with the charts to FILE (stdout then lists the files
@@ -22,6 +23,12 @@ pub struct ReportArgs {
     /// Also write each chart as an SVG file into DIR (created if missing).
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    /// Report recordings of different hosts or backends as one. Without it each is reported
+    /// apart (text: one after the other; --json: one object each; --html FILE and --svg DIR:
+    /// FILE-2.html and DIR/recording-2 for the second, and so on); the runs of one host and
+    /// backend (restarts) are always one recording, with the time between them a gap.
+    #[arg(long)]
+    merge: bool,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), CliError> {
@@ -40,37 +47,81 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     if found.is_empty() {
         return Err(CliError::input("no .parquet files in the paths given"));
     }
-    let (report, problems) = analyze_files(&found).map_err(CliError::input)?;
-    for p in problems {
-        cachescope_platform::say!("{p}");
+    let groups = recordings(runs(&found), args.merge);
+    let apart = groups.len() > 1;
+    if apart {
+        let what: Vec<String> = groups.iter().map(|g| describe(g)).collect();
+        cachescope_platform::say!(
+            "these files hold {} unrelated recordings ({}): each is reported apart; --merge reports them as one",
+            groups.len(),
+            what.join("; ")
+        );
     }
     // What was written, one path a line: with --html or --svg that is what stdout says (the
-    // text report stays for a plain `report`; --json prints its object whatever else is asked).
+    // text report stays for a plain `report`; --json prints its object, one per recording,
+    // whatever else is asked).
     let mut written: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = &args.svg {
-        if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
-            return Err(CliError::input(format!("--svg {}: {} is not a directory", dir.display(), file.display())));
+    let mut out = String::new();
+    for (i, g) in groups.iter().enumerate() {
+        let (report, problems) = analyze_runs(&g.iter().collect::<Vec<_>>()).map_err(CliError::input)?;
+        for p in problems {
+            cachescope_platform::say!("{p}");
         }
-        std::fs::create_dir_all(dir).map_err(|e| CliError::input(format!("--svg {}: {e}", dir.display())))?;
-        for (name, _, svg) in html::charts(&report) {
-            let path = dir.join(name);
-            write(&path, &svg)?;
+        // The first recording where asked; the others beside it, numbered.
+        let nth = |path: &Path, dir: bool| -> PathBuf {
+            if i == 0 {
+                return path.to_path_buf();
+            }
+            if dir {
+                return path.join(format!("recording-{}", i + 1));
+            }
+            let stem = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+            path.with_file_name(format!("{stem}-{}{ext}", i + 1))
+        };
+        if let Some(dir) = args.svg.as_deref().map(|d| nth(d, true)) {
+            if let Some(file) = dir.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+                return Err(CliError::input(format!("--svg {}: {} is not a directory", dir.display(), file.display())));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| CliError::input(format!("--svg {}: {e}", dir.display())))?;
+            for (name, _, svg) in html::charts(&report) {
+                let path = dir.join(name);
+                write(&path, &svg)?;
+                written.push(path);
+            }
+        }
+        if let Some(path) = args.html.as_deref().map(|p| nth(p, false)) {
+            write(&path, &html::page(&report))?;
             written.push(path);
         }
+        if args.json {
+            let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
+            out.push_str(&json);
+            out.push('\n');
+        } else {
+            if apart {
+                let _ = writeln!(out, "== recording {} of {}: {}\n", i + 1, groups.len(), describe(g));
+            }
+            out.push_str(&text(&report));
+            if apart && i + 1 < groups.len() {
+                out.push('\n');
+            }
+        }
     }
-    if let Some(path) = &args.html {
-        write(path, &html::page(&report))?;
-        written.push(path.clone());
-    }
-    if args.json {
-        let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
-        return crate::error::print_out(&format!("{json}\n"));
-    }
-    if args.html.is_some() || args.svg.is_some() {
+    if !args.json && (args.html.is_some() || args.svg.is_some()) {
         let lines: String = written.iter().map(|p| format!("{}\n", p.display())).collect();
         return crate::error::print_out(&lines);
     }
-    crate::error::print_out(&text(&report))
+    crate::error::print_out(&out)
+}
+
+/// A recording in a few words: its host, backend and runs.
+fn describe(g: &[RunFiles]) -> String {
+    let first = g.iter().find(|r| !r.unreadable);
+    let host = first.map_or("?", |r| if r.host.is_empty() { "?" } else { r.host.as_str() });
+    let backend = first.map_or("?", |r| r.backend.split(' ').next().unwrap_or("?"));
+    let runs = g.iter().filter(|r| !r.unreadable).count();
+    format!("host {host}, backend {backend}, {runs} run{}", if runs == 1 { "" } else { "s" })
 }
 
 /// The text report: the run's facts, the episodes, the per-container table.

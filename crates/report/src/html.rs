@@ -206,6 +206,31 @@ fn fact_rows(f: &Facts) -> Vec<(&'static str, String)> {
     ];
     if let (Some(a), Some(b)) = (f.start_ns, f.end_ns) {
         rows.push(("time range", format!("{} to {} ({})", utc(a), utc(b), span(b - a))));
+        // Several runs (restarts, a crash): what was measured, and each gap between them,
+        // which no figure counts as time.
+        if f.runs > 1 || !f.gaps.is_empty() {
+            let gaps: Vec<String> = f
+                .gaps
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{:.2}–{:.2} s ({})",
+                        (g.start_ns - a) as f64 / 1e9,
+                        (g.end_ns - a) as f64 / 1e9,
+                        span(g.end_ns - g.start_ns)
+                    )
+                })
+                .collect();
+            rows.push((
+                "recorded",
+                format!(
+                    "{} in {} runs; not recorded (a gap, not counted in any mean or percentile): {}",
+                    span(f.recorded_ns),
+                    f.runs,
+                    if gaps.is_empty() { "none".to_string() } else { gaps.join(", ") }
+                ),
+            ));
+        }
     }
     rows.push((
         "interval",

@@ -9,7 +9,7 @@ pub mod svg;
 pub mod text;
 pub mod timeline;
 
-use cachescope_sinks::read::{span, stream, FileInfo, Point};
+use cachescope_sinks::read::{runs, stream, FileInfo, Point, RunFiles};
 use cachescope_sinks::SinkError;
 use episodes::Episode;
 use serde::Serialize;
@@ -58,6 +58,32 @@ pub struct Facts {
     /// PMU charges the recorder dropped because it fell behind; the rows of that time have
     /// null cpu_ns and PMU columns.
     pub pmu_lost_charges: u64,
+    /// Recorder runs the files come from (a restart, an upgrade or a crash starts another).
+    pub runs: usize,
+    /// The time the runs measured, ns: what means and shares are over.
+    pub recorded_ns: i64,
+    /// Between runs, what nothing recorded: neither zero nor the last value, a gap.
+    pub gaps: Vec<Gap>,
+}
+
+/// A stretch between two recorder runs, CLOCK_REALTIME ns.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Gap {
+    pub start_ns: i64,
+    pub end_ns: i64,
+}
+
+/// `spans` merged where they overlap, in time order.
+fn merged(mut spans: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some(l) if a <= l.1 => l.1 = l.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 /// One container in one domain, over the grid.
@@ -119,7 +145,9 @@ impl RowFacts {
     }
 }
 
-fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64) -> Facts {
+fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64, runs: &[(i64, i64)]) -> Facts {
+    let covered = merged(runs.to_vec());
+    let gaps = covered.windows(2).map(|w| Gap { start_ns: w[0].1, end_ns: w[1].0 }).collect();
     let l3: BTreeSet<u64> = values(info, "cachescope.l3_bytes").iter().filter_map(|v| v.parse().ok()).collect();
     Facts {
         hosts: info.hosts.iter().cloned().collect(),
@@ -144,6 +172,13 @@ fn facts(info: &FileInfo, r: RowFacts, containers: usize, interval_ns: i64) -> F
         long_intervals: r.long_intervals,
         longest_interval_ns: r.longest_interval_ns,
         pmu_lost_charges: info.pmu_lost_charges,
+        runs: runs.len().max(1),
+        recorded_ns: if covered.is_empty() {
+            r.end_ns.zip(r.start_ns).map_or(0, |(e, s)| e - s)
+        } else {
+            covered.iter().map(|(a, b)| b - a).sum()
+        },
+        gaps,
     }
 }
 
@@ -156,22 +191,27 @@ struct Analysis {
     domains: BTreeSet<i32>,
     /// Rows of domains beyond [`MAX_DOMAINS`], left out.
     cut_domain_rows: u64,
+    /// Each recorder run's stretch (empty: one run, all of it).
+    runs: Vec<(i64, i64)>,
 }
 
 impl Analysis {
-    fn new(span: Option<(i64, i64, i64)>) -> Analysis {
+    /// `span`: (first, last, typical interval) of all rows; `runs`: each run's stretch.
+    fn new(span: Option<(i64, i64, i64)>, runs: Vec<(i64, i64)>) -> Analysis {
         let interval_ns = span.map_or(1_000_000, |s| s.2);
         Analysis {
             interval_ns,
             summaries: BTreeMap::new(),
-            timeline: span.map(|(a, b, iv)| timeline::Builder::new(a, b, iv, MAX_BUCKETS)),
+            timeline: span.map(|(a, b, iv)| timeline::Builder::new(a, b, iv, MAX_BUCKETS).covering(runs.clone())),
             facts: RowFacts::default(),
             domains: BTreeSet::new(),
             cut_domain_rows: 0,
+            runs,
         }
     }
 
-    fn row(&mut self, id: &str, name: Option<&str>, p: &Point) {
+    /// A row of recorder run `run` (runs in time order).
+    fn row(&mut self, run: usize, id: &str, name: Option<&str>, p: &Point) {
         if !self.domains.contains(&p.domain) {
             if self.domains.len() >= MAX_DOMAINS {
                 self.cut_domain_rows += 1;
@@ -180,10 +220,10 @@ impl Analysis {
             self.domains.insert(p.domain);
         }
         match self.summaries.get_mut(id) {
-            Some(a) => a.row(name, p),
+            Some(a) => a.row_in(run, name, p),
             None => {
                 let mut a = SummaryAcc::default();
-                a.row(name, p);
+                a.row_in(run, name, p);
                 self.summaries.insert(id.to_string(), a);
             }
         }
@@ -209,7 +249,7 @@ impl Analysis {
                 t.cut_rows
             ));
         }
-        let run = facts(info, self.facts, self.summaries.len(), self.interval_ns);
+        let run = facts(info, self.facts, self.summaries.len(), self.interval_ns, &self.runs);
         let tl = self.timeline.map(timeline::Builder::finish);
         let l3 = run.l3_bytes;
         let episodes = tl.as_ref().map(|t| episodes::find(t, |_| l3.map(|b| b as f64))).unwrap_or_default();
@@ -254,12 +294,67 @@ fn domain_summaries(tl: &Timeline, l3: Option<u64>) -> Vec<DomainSummary> {
         .collect()
 }
 
-/// Everything `report` says about `files`, read twice (the time columns, then every row):
-/// memory grows with containers, domains and the chart grid, not with rows. Also what was
-/// passed over (files that cannot be read, impossible rows, rows out of time order).
+/// Everything `report` says about `files` taken as one recording (their runs merged: see
+/// [`recordings`] to tell unrelated ones apart).
 pub fn analyze_files(files: &[PathBuf]) -> Result<(Report, Vec<String>), SinkError> {
-    let mut a = Analysis::new(span(files));
-    let (info, mut problems) = stream(files, &mut |id, name, p| a.row(id, name, p))?;
+    let all = runs(files);
+    analyze_runs(&all.iter().collect::<Vec<_>>())
+}
+
+/// Runs grouped into recordings: the runs of one host and backend (one recorder restarted,
+/// upgraded, or crashed and started again) make one recording, with gaps between them;
+/// runs of different hosts or backends are unrelated recordings, reported apart unless
+/// `merge`. In order of their first row; files that could not be read go with the first.
+pub fn recordings(all: Vec<RunFiles>, merge: bool) -> Vec<Vec<RunFiles>> {
+    let (mut readable, unreadable): (Vec<RunFiles>, Vec<RunFiles>) = all.into_iter().partition(|r| !r.unreadable);
+    readable.sort_by_key(|r| r.span.map_or(i64::MAX, |s| s.0));
+    let mut out: Vec<Vec<RunFiles>> = Vec::new();
+    for r in readable {
+        let same = |g: &Vec<RunFiles>| merge || g.first().is_some_and(|f| f.host == r.host && f.backend == r.backend);
+        match out.iter_mut().find(|g| same(g)) {
+            Some(g) => g.push(r),
+            None => out.push(vec![r]),
+        }
+    }
+    match out.first_mut() {
+        Some(g) => g.extend(unreadable),
+        None if !unreadable.is_empty() => out.push(unreadable),
+        None => {}
+    }
+    out
+}
+
+/// Everything `report` says about one recording's runs, their files read twice (the time
+/// columns, then every row): memory grows with containers, domains and the chart grid, not
+/// with rows. Time between runs is a gap: not counted in means and percentiles, a break in
+/// the charts. Also what was passed over (files that cannot be read, impossible rows, rows
+/// out of time order).
+pub fn analyze_runs(runs: &[&RunFiles]) -> Result<(Report, Vec<String>), SinkError> {
+    let spans: Vec<(i64, i64)> = runs.iter().filter_map(|r| r.span).collect();
+    let first = spans.iter().map(|s| s.0).min();
+    let last = spans.iter().map(|s| s.1).max();
+    let span = first.zip(last).map(|(a, b)| (a, b, RunFiles::typical_interval(runs)));
+    let mut a = Analysis::new(span, spans);
+    let mut info = FileInfo::default();
+    let (mut problems, mut first_err, mut read) = (Vec::new(), None, false);
+    for (run, r) in runs.iter().enumerate() {
+        match stream(&r.files, &mut |id, name, p| a.row(run, id, name, p)) {
+            Ok((i, p)) => {
+                info.absorb(i);
+                problems.extend(p);
+                read = true;
+            }
+            Err(e) => {
+                problems.push(format!("skipped {e}"));
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if !read {
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+    }
     let report = a.finish(&info, &mut problems);
     Ok((report, problems))
 }
@@ -270,12 +365,12 @@ pub fn analyze(rec: Recording) -> Report {
     let first = all().map(|p| if p.stopped { p.time_ns } else { p.time_ns - p.interval_ns }).min();
     let last = all().map(|p| p.time_ns).max();
     let span = first.zip(last).map(|(a, b)| (a, b, timeline::typical_interval(&rec.containers)));
-    let mut a = Analysis::new(span);
+    let mut a = Analysis::new(span, Vec::new());
     for (id, c) in &rec.containers {
         let mut pts: Vec<&Point> = c.points.iter().collect();
         pts.sort_by_key(|p| (p.time_ns, p.stopped));
         for p in pts {
-            a.row(id, c.name.as_deref(), p);
+            a.row(0, id, c.name.as_deref(), p);
         }
     }
     let info = FileInfo {

@@ -81,7 +81,14 @@ pub fn summarize(files: &[PathBuf]) -> Result<(Vec<Summary>, Vec<String>), SinkE
 const KEYFRAME_NS: i64 = 1_000_000_000;
 
 pub fn finish_all(accs: BTreeMap<String, SummaryAcc>, problems: &mut Vec<String>) -> Vec<Summary> {
-    let end = accs.values().filter_map(|a| a.last).max();
+    // Where each run's recording ends: the last row of any container in it.
+    let mut ends: BTreeMap<usize, i64> = BTreeMap::new();
+    for s in accs.values().flat_map(|a| a.segments.iter()) {
+        if let Some(l) = s.last {
+            let e = ends.entry(s.run).or_insert(l);
+            *e = (*e).max(l);
+        }
+    }
     let mut out: Vec<Summary> = accs
         .into_iter()
         .map(|(id, a)| {
@@ -91,7 +98,7 @@ pub fn finish_all(accs: BTreeMap<String, SummaryAcc>, problems: &mut Vec<String>
                     a.out_of_order
                 ));
             }
-            a.finish(id, end)
+            a.finish_runs(id, &|r| ends.get(&r).copied())
         })
         .collect();
     out.sort_by(|a, b| b.occupancy_p99_bytes.cmp(&a.occupancy_p99_bytes).then(a.container_id.cmp(&b.container_id)));
@@ -144,8 +151,8 @@ pub struct SummaryAcc {
     hist: BTreeMap<u64, i64>,
     held_total: i64,
     held_no_rmid: i64,
-    first: Option<i64>,
-    last: Option<i64>,
+    /// Its stretches of measured time, one per recorder run it appears in.
+    segments: Vec<Segment>,
     samples: u64,
     /// MBM total, MBM local, cycles, instructions, LLC misses.
     sums: [Option<i64>; 5],
@@ -156,25 +163,54 @@ pub struct SummaryAcc {
     middle_max: Option<i64>,
     seconds: u64,
     pub out_of_order: u64,
-    /// Its series ended with a `stopped` row (else it ran to the end of the recording).
-    stopped: bool,
     /// CPU time per second (by the second its interval ends in), ns; its sum.
     cpu_sec: BTreeMap<i64, i64>,
     cpu_total: Option<i64>,
 }
 
+/// A container's rows within one recorder run: from the start of its first interval to the end
+/// of its last. Between runs nothing was measured: no time, no value held.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    run: usize,
+    first: Option<i64>,
+    last: Option<i64>,
+    /// Its series ended with a `stopped` row (else it ran to the end of the run).
+    stopped: bool,
+}
+
 impl SummaryAcc {
+    /// A row of a recording made in one run.
     pub fn row(&mut self, name: Option<&str>, p: &Point) {
+        self.row_in(0, name, p)
+    }
+
+    /// A row of recorder run `run` (runs come in time order, each one's rows in time order).
+    pub fn row_in(&mut self, run: usize, name: Option<&str>, p: &Point) {
         if self.name.is_none() {
             self.name = name.map(String::from);
         }
+        if self.segments.last().is_none_or(|s| s.run != run) {
+            // A new run: what the last one measured is held for its own interval, not across
+            // the time nothing was recorded; no occupancy is carried over.
+            if self.t.take().is_some() {
+                self.hold(self.t_interval.max(1));
+            }
+            self.occ.clear();
+            self.no_rmid.clear();
+            self.segments.push(Segment { run, first: None, last: None, stopped: false });
+        }
+        let Some(seg) = self.segments.last_mut() else { return };
         if p.stopped {
             // Its life ends here, however long ago its last sparse row was.
-            self.last = Some(self.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
-            self.stopped = true;
+            seg.last = Some(seg.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
+            seg.stopped = true;
             return;
         }
-        self.stopped = false;
+        seg.stopped = false;
+        let start = p.time_ns - p.interval_ns;
+        seg.first = Some(seg.first.map_or(start, |f| f.min(start)));
+        seg.last = Some(seg.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
         match self.t {
             Some(t) if p.time_ns > t => {
                 self.hold(p.time_ns - t);
@@ -187,9 +223,6 @@ impl SummaryAcc {
         self.t_interval = p.interval_ns;
         self.occ.insert(p.domain, p.occupancy);
         self.no_rmid.insert(p.domain, p.no_rmid);
-        let start = p.time_ns - p.interval_ns;
-        self.first = Some(self.first.map_or(start, |f| f.min(start)));
-        self.last = Some(self.last.map_or(p.time_ns, |l| l.max(p.time_ns)));
         for (slot, v) in self.sums.iter_mut().zip([p.mbm_total, p.mbm_local, p.cycles, p.instructions, p.misses]) {
             if let Some(v) = v {
                 *slot = Some(slot.unwrap_or(0).saturating_add(v));
@@ -245,21 +278,31 @@ impl SummaryAcc {
         self.hist.keys().last().copied()
     }
 
-    /// The summary; `end`: the end of the recording. Rows are sparse: a series that was still
-    /// running there (a keyframe row within the last second) lasts to it, though an idle
-    /// container's last row may be a keyframe a second before; one whose rows stopped long
-    /// before without a `stopped` row (a crash, another run) ends at its last row.
-    pub fn finish(mut self, id: String, end: Option<i64>) -> Summary {
+    /// The summary of a recording made in one run; `end`: the end of the recording.
+    pub fn finish(self, id: String, end: Option<i64>) -> Summary {
+        self.finish_runs(id, &|_| end)
+    }
+
+    /// The summary; `end_of(run)`: the end of that run's recording. Rows are sparse: a series
+    /// that was still running there (a keyframe row within the last second) lasts to it,
+    /// though an idle container's last row may be a keyframe a second before; one whose rows
+    /// stopped long before without a `stopped` row (a crash) ends at its last row. Its time
+    /// (`seconds`, and what means are over) is the sum of its runs' stretches: the time
+    /// between runs was not measured.
+    pub fn finish_runs(mut self, id: String, end_of: &dyn Fn(usize) -> Option<i64>) -> Summary {
         if self.t.is_some() {
             self.hold(self.t_interval.max(1));
         }
-        if let (false, Some(last), Some(end)) = (self.stopped, self.last, end) {
-            if end > last && end - last <= KEYFRAME_NS + 2 * self.t_interval.max(0) {
-                self.last = Some(end);
+        let interval = self.t_interval.max(0);
+        for seg in &mut self.segments {
+            if let (false, Some(last), Some(end)) = (seg.stopped, seg.last, end_of(seg.run)) {
+                if end > last && end - last <= KEYFRAME_NS + 2 * interval {
+                    seg.last = Some(end);
+                }
             }
         }
-        let (first, last) = (self.first.unwrap_or(0), self.last.unwrap_or(0));
-        let seconds = (last - first).max(0) as f64 / 1e9;
+        let spans: Vec<(i64, i64)> = self.segments.iter().filter_map(|s| Some((s.first?, s.last?))).collect();
+        let seconds = spans.iter().map(|(a, b)| (b - a).max(0)).sum::<i64>() as f64 / 1e9;
         let per_sec = |v: Option<i64>| v.filter(|_| seconds > 0.0).map(|b| b as f64 / seconds);
         // Whole seconds only: the first and the last are usually partial.
         let current = self.sec.map(|s| s.1);
@@ -272,7 +315,7 @@ impl SummaryAcc {
         let counted = |v: Option<i64>| v.map(|x| x.max(0) as u64);
         let [total, local, cycles, instructions, misses] = self.sums;
         let (cycles, instructions, misses) = (counted(cycles), counted(instructions), counted(misses));
-        let (cpu_p50, cpu_p99) = self.cpu_quantiles(first, last);
+        let (cpu_p50, cpu_p99) = self.cpu_quantiles(&spans);
         Summary {
             container_id: id,
             container_name: self.name.clone(),
@@ -293,21 +336,23 @@ impl SummaryAcc {
         }
     }
 
-    /// The median and 99th percentile of CPU use per second over the seconds [first, last]
-    /// touches, in CPUs; a second without a row counts 0. The first and the last second count
-    /// for the part of them covered, so a run that starts mid-second shows no false dip.
-    fn cpu_quantiles(&self, first: i64, last: i64) -> (Option<f64>, Option<f64>) {
-        if self.cpu_total.is_none() || last <= first {
-            return (None, None);
-        }
+    /// The median and 99th percentile of CPU use per second over the seconds each measured
+    /// span `[first, last)` touches, in CPUs; a second without a row counts 0. A span's first
+    /// and last second count for the part of them covered, so a run that starts mid-second
+    /// shows no false dip.
+    fn cpu_quantiles(&self, spans: &[(i64, i64)]) -> (Option<f64>, Option<f64>) {
         const S: i64 = 1_000_000_000;
-        let (s0, s1) = (first.div_euclid(S), (last - 1).div_euclid(S));
-        let mut per: Vec<f64> = (s0..=s1)
-            .map(|s| {
+        let mut per: Vec<f64> = Vec::new();
+        for &(first, last) in spans.iter().filter(|(a, b)| b > a) {
+            let (s0, s1) = (first.div_euclid(S), (last - 1).div_euclid(S));
+            per.extend((s0..=s1).map(|s| {
                 let covered = ((s + 1) * S).min(last) - (s * S).max(first);
                 self.cpu_sec.get(&s).copied().unwrap_or(0).max(0) as f64 / covered.max(1) as f64
-            })
-            .collect();
+            }));
+        }
+        if self.cpu_total.is_none() || per.is_empty() {
+            return (None, None);
+        }
         per.sort_by(f64::total_cmp);
         let at = |q: f64| per[((q * per.len() as f64).ceil() as usize).clamp(1, per.len()) - 1];
         (Some(at(0.5)), Some(at(0.99)))

@@ -137,6 +137,8 @@ pub struct Builder {
     /// Rows of series beyond [`MAX_SERIES`], left out.
     pub cut_rows: u64,
     cut_series: std::collections::BTreeSet<(i32, String)>,
+    /// The measured stretches (recorder runs), sorted and disjoint; empty: all of it.
+    covered: Vec<(i64, i64)>,
 }
 
 /// Container × domain series the grid holds at most: each takes ~60 bytes per bucket (~48 KB
@@ -149,7 +151,31 @@ impl Builder {
         let w = step_for(last - first, interval_ns, max_buckets);
         let start_ns = first.div_euclid(w) * w;
         let n = ((last - start_ns + w - 1) / w).max(1) as usize;
-        Builder { start_ns, w, n, lines: BTreeMap::new(), cut_rows: 0, cut_series: Default::default() }
+        Builder {
+            start_ns,
+            w,
+            n,
+            lines: BTreeMap::new(),
+            cut_rows: 0,
+            cut_series: Default::default(),
+            covered: Vec::new(),
+        }
+    }
+
+    /// Only `spans` (the recorder runs' stretches) were measured: a bucket outside all of them
+    /// is a gap in every line (None, a break in the chart), not a fall to zero, and a rate is
+    /// over the measured part of its bucket.
+    pub fn covering(mut self, mut spans: Vec<(i64, i64)>) -> Builder {
+        spans.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::new();
+        for (a, b) in spans {
+            match merged.last_mut() {
+                Some(l) if a <= l.1 => l.1 = l.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.covered = merged;
+        self
     }
 
     /// Series left out for [`MAX_SERIES`].
@@ -219,20 +245,36 @@ impl Builder {
             let start_ns = self.start_ns;
             let end_of = |k: usize| start_ns + (k as i64 + 1) * w;
             let life = acc.life;
+            let covered = &self.covered;
+            // The ns of [s, e) that were measured (inside a run).
+            let measured = |s: i64, e: i64| -> i64 {
+                if covered.is_empty() {
+                    return (e - s).max(0);
+                }
+                covered.iter().map(|&(a, b)| (e.min(b) - s.max(a)).max(0)).sum()
+            };
+            let gap = |k: usize| measured(end_of(k) - w, end_of(k)) == 0;
             // Sparse rows: an interval without a row moved nothing. Within the series' life a
-            // bucket of a counter the series has is 0, not unknown.
+            // bucket of a counter the series has is 0, not unknown; between runs it is unknown.
             let in_life = |k: usize| life.is_some_and(|(a, b)| end_of(k) > a && end_of(k) - w < b);
             let value = |slot: usize, k: usize| -> Option<f64> {
                 let has = acc.touched[slot].iter().any(|t| *t);
-                (has && (acc.touched[slot][k] || in_life(k))).then_some(acc.sums[slot][k])
+                (has && !gap(k) && (acc.touched[slot][k] || in_life(k))).then_some(acc.sums[slot][k])
             };
-            // A rate over the part of the bucket the series lived in: a container that starts
-            // or stops mid-bucket (or a recording that ends there) shows no false dip.
+            // A rate over the part of the bucket the series lived in and was measured: a
+            // container that starts or stops mid-bucket (or a recording that ends there, or a
+            // run) shows no false dip.
             let secs = |k: usize| {
                 let (b0, b1) = (end_of(k) - w, end_of(k));
-                let lived = life.map_or(w, |(a, b)| (b1.min(b) - b0.max(a)).max(0));
-                lived as f64 / 1e9
+                let (s, e) = life.map_or((b0, b1), |(a, b)| (b0.max(a), b1.min(b)));
+                measured(s, e) as f64 / 1e9
             };
+            for (k, o) in acc.occupancy.iter_mut().enumerate() {
+                if gap(k) {
+                    *o = None;
+                    acc.no_rmid[k] = 0.0;
+                }
+            }
             let bandwidth = (0..n).map(|k| value(0, k).filter(|_| secs(k) > 0.0).map(|b| b / secs(k))).collect();
             let ipc = (0..n)
                 .map(|k| match (value(2, k), value(1, k)) {

@@ -178,6 +178,19 @@ pub struct FileInfo {
     pub pmu_lost_charges: u64,
 }
 
+impl FileInfo {
+    /// Add what other files said (another run's), as if they had been read with these.
+    pub fn absorb(&mut self, other: FileInfo) {
+        for (k, v) in other.metadata {
+            self.metadata.entry(k).or_default().extend(v);
+        }
+        self.hosts.extend(other.hosts);
+        self.provenance.extend(other.provenance);
+        self.files += other.files;
+        self.pmu_lost_charges += other.pmu_lost_charges;
+    }
+}
+
 fn strings<'a>(b: &'a RecordBatch, name: &str) -> Result<&'a arrow_array::StringArray, SinkError> {
     let c = b.column_by_name(name).ok_or_else(|| SinkError::Parquet(format!("no column {name}")))?;
     c.as_string_opt::<i32>().ok_or_else(|| SinkError::Parquet(format!("column {name} is not a string")))
@@ -306,18 +319,98 @@ pub fn stream(
     Ok((info, problems))
 }
 
-/// The time the rows span and their typical interval, from the time columns only: (start of
-/// the first interval, end of the last, median interval of the measured rows).
-pub fn span(files: &[PathBuf]) -> Option<(i64, i64, i64)> {
-    let (mut first, mut last) = (i64::MAX, i64::MIN);
-    let mut intervals: BTreeMap<i64, u64> = BTreeMap::new();
+/// The metadata key naming the recorder run a file belongs to (docs/data.md): random, made
+/// at the run's start, the same in every file of that run (and in a file recovered after it
+/// crashed).
+pub const RUN_ID: &str = "cachescope.run_id";
+
+/// One recorder run's files: one stretch of measured time. Between two runs nothing was
+/// recorded (a restart, an upgrade, a crash): that time is a gap, not time without activity.
+#[derive(Debug, Clone, Default)]
+pub struct RunFiles {
+    /// [`RUN_ID`]; for files from before it (2026-11-29), the host and the recorder's PID from
+    /// the file name (`cachescope-HOST-STAMP-PID-SEQ.parquet`), else the file's own name.
+    pub id: String,
+    /// The first row's `host`, and `cachescope.backend`: runs that differ in either are
+    /// unrelated recordings.
+    pub host: String,
+    pub backend: String,
+    pub files: Vec<PathBuf>,
+    /// Start of the first interval and end of the last, ns (None: no row).
+    pub span: Option<(i64, i64)>,
+    /// Rows per sampling interval (stopped rows, interval 0, left out).
+    pub intervals: BTreeMap<i64, u64>,
+    /// A file whose metadata or time columns could not be read: a run of its own, which
+    /// [`stream`] names with why.
+    pub unreadable: bool,
+}
+
+impl RunFiles {
+    /// The interval most of its rows have (1 ms where none has).
+    pub fn typical_interval(runs: &[&RunFiles]) -> i64 {
+        let mut all: BTreeMap<i64, u64> = BTreeMap::new();
+        for r in runs {
+            for (iv, n) in &r.intervals {
+                *all.entry(*iv).or_default() += n;
+            }
+        }
+        let n: u64 = all.values().sum();
+        let mut acc = 0;
+        all.iter()
+            .find(|(_, c)| {
+                acc += **c;
+                acc * 2 > n
+            })
+            .map_or(1_000_000, |(iv, _)| *iv)
+    }
+}
+
+/// The run id of a file without [`RUN_ID`]: host and PID from its name, which a recorder's
+/// files share (`cachescope-HOST-YYYYmmddTHHMMSSZ-PID-SEQ.parquet`; HOST may hold dashes).
+fn legacy_run_id(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let stem = name.strip_suffix(".parquet").unwrap_or(&name);
+    let parts: Vec<&str> = stem.rsplitn(4, '-').collect();
+    match parts.as_slice() {
+        [seq, pid, stamp, host_part]
+            if seq.parse::<u64>().is_ok() && pid.parse::<u32>().is_ok() && stamp.ends_with('Z') =>
+        {
+            format!("{}-pid{pid}", host_part.strip_prefix("cachescope-").unwrap_or(host_part))
+        }
+        _ => format!("file {name}"),
+    }
+}
+
+/// Which run each file belongs to, with each run's time span and intervals, from the files'
+/// metadata and time columns only (a first, cheap pass). Runs in the order their first file
+/// comes in `files`; a file that cannot be read is left to [`stream`] to name.
+pub fn runs(files: &[PathBuf]) -> Vec<RunFiles> {
+    let mut out: Vec<RunFiles> = Vec::new();
     for path in files {
-        let _ = guarded(path, || {
+        let read = guarded(path, || {
             let b = open(path)?;
-            let mask = parquet::arrow::ProjectionMask::columns(b.parquet_schema(), ["time_ns", "interval_ns"]);
+            let kv = b.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+            let meta = |k: &str| kv.iter().find(|x| x.key == k).and_then(|x| x.value.clone());
+            let id = meta(RUN_ID).unwrap_or_else(|| legacy_run_id(path));
+            let backend = meta("cachescope.backend").unwrap_or_default();
+            let cols: Vec<&str> = ["time_ns", "interval_ns", "host"]
+                .into_iter()
+                .filter(|c| b.schema().fields().iter().any(|f| f.name() == c))
+                .collect();
+            let mask = parquet::arrow::ProjectionMask::columns(b.parquet_schema(), cols);
             let reader = b.with_projection(mask).build().map_err(|e| SinkError::Parquet(e.to_string()))?;
+            let (mut first, mut last) = (i64::MAX, i64::MIN);
+            let mut intervals: BTreeMap<i64, u64> = BTreeMap::new();
+            let mut host = None;
             for batch in reader {
                 let b = batch.map_err(|e| SinkError::Parquet(e.to_string()))?;
+                if host.is_none() {
+                    host = strings(&b, "host")
+                        .ok()
+                        .and_then(|h| (h.len() > 0).then(|| text(h, 0)))
+                        .flatten()
+                        .map(String::from);
+                }
                 let (t, iv) = (col_i64(&b, "time_ns")?, col_i64(&b, "interval_ns")?);
                 for (t, iv) in t.into_iter().zip(iv) {
                     let (Some(t), Some(iv)) = (t, iv) else { continue };
@@ -332,17 +425,30 @@ pub fn span(files: &[PathBuf]) -> Option<(i64, i64, i64)> {
                     }
                 }
             }
+            let i = match out.iter().position(|r| r.id == id) {
+                Some(i) => i,
+                None => {
+                    out.push(RunFiles { id, backend, ..RunFiles::default() });
+                    out.len() - 1
+                }
+            };
+            let r = &mut out[i];
+            r.files.push(path.clone());
+            if r.host.is_empty() {
+                r.host = host.unwrap_or_default();
+            }
+            if first <= last {
+                r.span = Some(r.span.map_or((first, last), |(a, b)| (a.min(first), b.max(last))));
+            }
+            for (iv, n) in intervals {
+                *r.intervals.entry(iv).or_default() += n;
+            }
             Ok(())
         });
+        if read.is_err() {
+            let id = format!("unreadable {}", path.display());
+            out.push(RunFiles { id, files: vec![path.clone()], unreadable: true, ..RunFiles::default() });
+        }
     }
-    if first > last {
-        return None;
-    }
-    let n: u64 = intervals.values().sum();
-    let mut acc = 0;
-    let median = intervals.iter().find(|(_, c)| {
-        acc += **c;
-        acc * 2 > n
-    });
-    Some((first, last, median.map_or(1_000_000, |(iv, _)| *iv)))
+    out
 }

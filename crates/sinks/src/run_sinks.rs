@@ -42,6 +42,7 @@ impl RecordOptions {
     pub fn for_run(dir: PathBuf, host: String, b: &BackendInfo, extra: &[(String, String)]) -> RecordOptions {
         let mono = cachescope_platform::clock::monotonic().as_nanos() as i64;
         let mut metadata = vec![
+            (crate::read::RUN_ID.to_string(), new_run_id()),
             ("cachescope.backend".to_string(), b.label.clone()),
             ("cachescope.cpuid".into(), b.cpuid.clone()),
             ("cachescope.monotonic_offset_ns".into(), (realtime_ns() - mono).to_string()),
@@ -67,6 +68,20 @@ impl RecordOptions {
             rotate_now: None,
         }
     }
+}
+
+/// 128 random bits, hex: a run's id, unique across restarts, hosts and PID namespaces (where
+/// PIDs and start seconds repeat). The clock and PID stand in where the kernel gives no
+/// randomness (never on Linux 3.17 and later).
+fn new_run_id() -> String {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most `b.len()` bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        let t = realtime_ns() as u128 ^ (u128::from(std::process::id()) << 64);
+        b = t.to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub struct RecordSink {
