@@ -350,6 +350,24 @@ mod tests {
     }
 
     #[test]
+    fn between_runs_every_line_breaks_and_rates_are_over_measured_time() {
+        // Run 1: 0–15 ms, run 2: 40–60 ms, 1 ms rows of 1000 bytes at 100 bytes of occupancy;
+        // 10 ms buckets: 10–20 half measured, 20–40 a gap.
+        let mut pts: Vec<Point> = (1..=15).map(|t| p(t, 1, Some(100), Some(1000))).collect();
+        pts.extend((41..=60).map(|t| p(t, 1, Some(200), Some(1000))));
+        let mut b = Builder::new(0, 60_000_000, 1_000_000, 6).covering(vec![(40_000_000, 60_000_000), (0, 15_000_000)]);
+        for q in &pts {
+            b.row("a", None, q);
+        }
+        let t = b.finish();
+        let l = &t.domains[0].lines[0];
+        let mbs = 1000.0 / 1e-3;
+        assert_eq!(l.bandwidth, vec![Some(mbs), Some(mbs), None, None, Some(mbs), Some(mbs)]);
+        // Occupancy is not carried across the gap: no value, not the last one.
+        assert_eq!(l.occupancy, vec![Some(100.0), Some(100.0), None, None, Some(200.0), Some(200.0)]);
+    }
+
+    #[test]
     fn bytes_go_where_they_were_moved() {
         // 1 ms rows of 1000 bytes, then a late row covering 3 ms across the 10 ms edge.
         let mut pts: Vec<Point> = (1..=8).map(|t| p(t, 1, Some(100), Some(1000))).collect();
