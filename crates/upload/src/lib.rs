@@ -178,7 +178,8 @@ impl Work {
                 .append(true)
                 .open(self.journal())
                 .map_err(|error| UploadError::Io { path: self.journal(), error })?;
-            writeln!(j, "{name} {key}").map_err(|error| UploadError::Io { path: self.journal(), error })?;
+            writeln!(j, "{}", journal_line(&name, &key))
+                .map_err(|error| UploadError::Io { path: self.journal(), error })?;
             self.done.insert(name);
             set(stats, |s| {
                 s.uploaded += 1;
@@ -203,14 +204,30 @@ fn pending(dir: &Path, done: &BTreeSet<String>) -> Vec<String> {
     v
 }
 
+/// A journal line: the file and the key the store acknowledged it under, as one JSON object,
+/// which holds any name (spaces, newlines: the first format, "NAME KEY", split at the first
+/// space, so `old run.parquet` was uploaded again by every run).
+fn journal_line(name: &str, key: &str) -> String {
+    serde_json::json!({ "file": name, "key": key }).to_string()
+}
+
+/// The file a journal line names: a JSON object's `file`, or in a line of the first format
+/// ("NAME KEY", KEY ending in "/NAME") the NAME that KEY ends with, spaces and all.
+fn journaled_file(line: &str) -> Option<String> {
+    if line.starts_with('{') {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        return v.get("file")?.as_str().map(String::from);
+    }
+    line.match_indices(' ')
+        .map(|(i, _)| (&line[..i], &line[i + 1..]))
+        .find(|(name, key)| key.strip_suffix(name).is_some_and(|k| k.is_empty() || k.ends_with('/')))
+        .map(|(name, _)| name.to_string())
+        .or_else(|| line.split(' ').next().filter(|n| !n.is_empty()).map(String::from))
+}
+
 /// What `dir`'s journal says the store acknowledged.
 fn acknowledged(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_to_string(dir.join(JOURNAL))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').next())
-        .map(String::from)
-        .collect()
+    std::fs::read_to_string(dir.join(JOURNAL)).unwrap_or_default().lines().filter_map(journaled_file).collect()
 }
 
 fn set(stats: &Mutex<Stats>, f: impl FnOnce(&mut Stats)) {

@@ -171,3 +171,34 @@ fn a_store_that_never_answers_holds_the_end_no_longer_than_its_deadline() {
     );
     assert!(took < Duration::from_secs(30), "not its deadline: {took:?}");
 }
+
+/// The journal holds any file name (issue 41: `old run.parquet` was uploaded again by every
+/// run, split at its space) and still reads the first format's lines.
+#[test]
+fn the_journal_holds_names_with_spaces_and_reads_the_old_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let (endpoint, got) = store(0);
+    let t = Target::new("s3://bucket/p", Some(&endpoint), env).unwrap();
+    for name in
+        ["old run.parquet", "cachescope-h-20261123T100000Z-1-0001.parquet", "two  spaces\nand a newline.parquet"]
+    {
+        std::fs::write(dir.path().join(name), b"rows").unwrap();
+    }
+    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t.clone())
+        .finish(Duration::from_secs(60), &AtomicBool::new(false));
+    assert!(line.starts_with("uploaded 3 files"), "{line}");
+    let line = Uploader::start(dir.path().to_path_buf(), "h".into(), t.clone())
+        .finish(Duration::from_secs(60), &AtomicBool::new(false));
+    assert!(line.starts_with("uploaded 0 files") && !line.contains("not yet"), "a second run sends nothing: {line}");
+    assert_eq!(got.lock().unwrap().len(), 3, "each file once");
+    // A journal of the first format ("NAME KEY"), names with spaces included.
+    let old = "old run.parquet p/host=h/date=unknown/old run.parquet\n\
+               cachescope-h-20261123T100000Z-1-0001.parquet p/host=h/date=2026-11-23/cachescope-h-20261123T100000Z-1-0001.parquet\n";
+    std::fs::write(dir.path().join(JOURNAL), old).unwrap();
+    let done = acknowledged(dir.path());
+    assert!(
+        done.contains("old run.parquet") && done.contains("cachescope-h-20261123T100000Z-1-0001.parquet"),
+        "{done:?}"
+    );
+    assert_eq!(journaled_file(&journal_line("a b\nc", "k/a b\nc")).as_deref(), Some("a b\nc"));
+}
