@@ -55,7 +55,36 @@ impl CliError {
             return None;
         };
         // `{:#}` joins the context chain on one line.
-        Some(format!("{e:#}").replace('\n', " "))
+        Some(bounded(&format!("{e:#}").replace('\n', " ")))
+    }
+}
+
+/// The most characters a reason takes: its start names the culprit (a parser may quote a
+/// whole input line: a 200,000-deep TOML array made an 800 KB "line"), its end says why.
+pub const MAX_REASON: usize = 600;
+
+/// `s` cut to [`MAX_REASON`] characters: its start and end, and how much was left out between.
+pub fn bounded(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= MAX_REASON {
+        return s.to_string();
+    }
+    let (head, tail) = (MAX_REASON * 2 / 3, MAX_REASON / 4);
+    let start: String = s.chars().take(head).collect();
+    let end: String = s.chars().skip(n - tail).collect();
+    format!("{start} … ({} characters left out) … {end}", n - head - tail)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_reason_keeps_its_start_and_end() {
+        let long = format!("deep.toml: parse error: {} at the end", "[".repeat(800_000));
+        let b = super::bounded(&long);
+        assert!(b.chars().count() < super::MAX_REASON + 60, "{}", b.len());
+        assert!(b.starts_with("deep.toml: parse error: [[") && b.ends_with("[[ at the end"), "{b}");
+        assert!(b.contains(&format!("({} characters left out)", long.len() - 400 - 150)), "{b}");
+        assert_eq!(super::bounded("short"), "short");
     }
 }
 

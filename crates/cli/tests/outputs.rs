@@ -292,3 +292,23 @@ fn the_start_up_text_without_rdt_is_three_short_lines() {
     let long = said(&["-v"]).join("\n");
     assert!(long.contains("kmod: ") && long.contains("resctrl: "), "-v names every backend's reason: {long}");
 }
+
+/// A reason is one line of bounded length, however long what it quotes (issue 41: a
+/// 200,000-deep scenario was refused with an 800 KB "one-line" reason).
+#[test]
+fn a_refusal_is_one_bounded_line_whatever_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.toml");
+    std::fs::write(&deep, format!("x = {}{}\n", "[".repeat(200_000), "]".repeat(200_000))).unwrap();
+    let o = bin()
+        .args(["record", "--duration", "1s", "--scenario"])
+        .arg(&deep)
+        .arg("--output")
+        .arg(dir.path().join("r"))
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", &e[..e.len().min(300)]);
+    assert_eq!(e.lines().count(), 1, "{}", &e[..e.len().min(300)]);
+    assert!(e.chars().count() <= 700 && e.contains("deep.toml") && e.contains("characters left out"), "{e}");
+}
