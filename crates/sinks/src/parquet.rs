@@ -126,6 +126,9 @@ pub struct ParquetSink {
     /// Abandoned partial files whose recovery has not succeeded yet, with the length their
     /// journal vouches for.
     unrecovered: Vec<(PathBuf, u64)>,
+    /// Finished files whose rename failed (EIO, a read-only remount): whole under their
+    /// `.partial` name with their journal, retried at every flush.
+    unrenamed: Vec<PathBuf>,
     /// What recovery found when the sink started.
     recovered: Vec<Recovery>,
     seq: u64,
@@ -237,6 +240,7 @@ impl ParquetSink {
             buffer: Vec::new(),
             file: None,
             unrecovered: Vec::new(),
+            unrenamed: Vec::new(),
             recovered,
             seq: 0,
             last_flush: Instant::now(),
@@ -330,6 +334,7 @@ impl ParquetSink {
 
     fn write_pending(&mut self, now: Instant) -> Result<(), SinkError> {
         self.retry_recovery();
+        self.retry_renames();
         while !self.pending.is_empty() {
             if self.file.is_none() {
                 self.open()?;
@@ -469,12 +474,11 @@ impl ParquetSink {
             self.retry_recovery();
             return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
         }
-        let done = match rename_unique(&partial, &final_path(&partial)) {
-            Ok(done) => done,
-            Err(e) => {
-                // Its rows are nowhere a reader will find them (an output directory removed under
-                // us takes the open file with it): not written after all.
+        if let Err(e) = self.rename_finished(&partial) {
+            if e.kind() == std::io::ErrorKind::NotFound && !self.opts.dir.is_dir() {
                 let e = self.gone(e, format!("renaming {}", partial.display()));
+                // Its rows are nowhere a reader will find them (an output directory removed
+                // under us takes the open file with it): not written after all.
                 self.with_stats(|s| {
                     s.rows_written -= rows.min(s.rows_written);
                     s.rows_dropped += rows;
@@ -482,17 +486,40 @@ impl ParquetSink {
                 });
                 return Err(e);
             }
-        };
+            // The file is whole, its rows written: only its name is wrong. Retried at every
+            // flush; left with its journal, the next record into the directory recovers it.
+            let msg = format!("renaming {}: {e}", partial.display());
+            self.with_stats(|s| {
+                s.write_errors += 1;
+                s.failing = Some(msg);
+            });
+            self.unrenamed.push(partial);
+        }
+        Ok(())
+    }
+
+    /// Give a finished `.partial` file its name, drop its journal and count it closed.
+    fn rename_finished(&mut self, partial: &Path) -> std::io::Result<()> {
+        let done = rename_unique(partial, &final_path(partial))?;
         // The file is finished and named: a directory that will not sync costs durability
         // across a power loss, not the rows (failing here would write them again).
         let _ = sync_dir(&self.opts.dir);
-        let _ = fs::remove_file(footer_path(&partial));
+        let _ = fs::remove_file(footer_path(partial));
         let size = fs::metadata(&done).map_or(0, |m| m.len());
         self.with_stats(|s| {
             s.files_closed += 1;
             s.bytes_closed += size;
         });
         Ok(())
+    }
+
+    /// Try again to name the finished files whose rename failed.
+    fn retry_renames(&mut self) {
+        for p in std::mem::take(&mut self.unrenamed) {
+            if self.rename_finished(&p).is_err() {
+                self.unrenamed.push(p);
+            }
+        }
     }
 
     fn pmu_lost(&self) -> u64 {
@@ -524,6 +551,7 @@ impl ParquetSink {
         }
         let closed = self.close_file();
         self.retry_recovery();
+        self.retry_renames();
         let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         let unfinished = self.unrecovered.first().map(|(p, _)| {
             SinkError::Parquet(format!(
@@ -531,11 +559,20 @@ impl ParquetSink {
                 p.display()
             ))
         });
+        let unrenamed = self.unrenamed.first().map(|p| {
+            let why = stats.failing.clone().unwrap_or_default();
+            SinkError::Parquet(format!(
+                "{} file(s) could not be renamed ({why}): their rows are whole in {}{}, and the next record into the directory recovers them",
+                self.unrenamed.len(),
+                p.display(),
+                if self.unrenamed.len() > 1 { " and the others" } else { "" }
+            ))
+        });
         let gone = (!self.opts.dir.is_dir()).then(|| SinkError::Io {
             what: format!("the output directory {}", self.opts.dir.display()),
             error: std::io::Error::new(std::io::ErrorKind::NotFound, "removed while recording"),
         });
-        (stats, closed.err().or(unfinished).or(gone))
+        (stats, closed.err().or(unfinished).or(unrenamed).or(gone))
     }
 
     /// What was found in the directory when the sink started: files a crash left, recovered.
