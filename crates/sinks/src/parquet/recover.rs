@@ -293,6 +293,10 @@ pub enum Recovery {
     Empty { partial: PathBuf },
     /// Nothing in it could be verified: kept, renamed to `path`.
     Kept { path: PathBuf, lost: usize },
+    /// Recovery could not be done now (a full disk, a FIFO or a symlink where the journal
+    /// should be, a directory with a partial file's name): passed over as it is, and tried
+    /// again by the next run. It never stops a recording from starting.
+    Left { partial: PathBuf, why: String },
 }
 
 impl std::fmt::Display for Recovery {
@@ -310,6 +314,11 @@ impl std::fmt::Display for Recovery {
                 f,
                 "kept {}: a crash left no row group that could be verified ({lost} failed their checks)",
                 path.display()
+            ),
+            Recovery::Left { partial, why } => write!(
+                f,
+                "left {} as it is, not recovered now ({why}); recording goes on, and the next record into the directory tries again",
+                partial.display()
             ),
         }
     }
@@ -463,7 +472,8 @@ fn strip(partial: &Path) -> String {
     s.strip_suffix(PARTIAL).unwrap_or(&s).to_string()
 }
 
-/// Recover every partial file in `dir` (see [`recover_file`]), in name order.
+/// Recover every partial file in `dir` (see [`recover_file`]), in name order. A file that
+/// cannot be recovered now is [`Recovery::Left`]: one leftover never blocks a recording.
 pub fn recover_dir(dir: &Path) -> Result<Vec<Recovery>, SinkError> {
     let rd = fs::read_dir(dir).map_err(io(format!("reading {}", dir.display())))?;
     let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
@@ -472,7 +482,7 @@ pub fn recover_dir(dir: &Path) -> Result<Vec<Recovery>, SinkError> {
     for p in names {
         let name = p.to_string_lossy();
         if name.ends_with(PARTIAL) {
-            out.push(recover_file(&p)?);
+            out.push(recover_file(&p).unwrap_or_else(|e| Recovery::Left { partial: p.clone(), why: e.to_string() }));
         } else if name.ends_with(TMP) {
             // A checkpoint stop 33's writer was writing when the process died.
             let _ = fs::remove_file(&p);
