@@ -23,7 +23,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use cachescope_engine::row::Row;
 pub use dir::LOCK;
-use dir::{lock_dir, refuse_pseudo_fs, utc_stamp};
+use dir::{lock_dir, refuse_pseudo_fs, refuse_untrusted, utc_stamp};
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData};
@@ -180,6 +180,7 @@ impl OutputDir {
                 .create(dir)
                 .map_err(io(format!("creating {}", dir.display())))?;
         }
+        refuse_untrusted(dir)?;
         let probe = dir.join(format!(".cachescope-probe-{}", std::process::id()));
         new_file(&probe, false).map_err(io(format!("{} is not writable", dir.display())))?;
         let _ = fs::remove_file(&probe);

@@ -92,6 +92,40 @@ fn holder_in(locks: &str, major: u32, minor: u32, ino: u64) -> Option<u32> {
     })
 }
 
+/// Refuse an output directory someone else could change under the recorder, as sshd refuses
+/// a group-writable home: the directory and every directory above it must belong to root or
+/// to this process's user, and none may be writable by its group or others — above it, unless
+/// sticky (/tmp): there others cannot rename or remove what is not theirs. Otherwise another
+/// local user could swap a file or directory for a symlink between two of our system calls.
+pub(super) fn refuse_untrusted(dir: &Path) -> Result<(), SinkError> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let refuse = |d: &Path, why: String| SinkError::Io {
+        what: d.display().to_string(),
+        error: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+    };
+    let real = fs::canonicalize(dir).map_err(io(format!("resolving {}", dir.display())))?;
+    for (i, d) in real.ancestors().enumerate() {
+        let m = fs::metadata(d).map_err(io(format!("reading {}", d.display())))?;
+        let mode = m.mode() & 0o7777;
+        if m.uid() != 0 && m.uid() != me {
+            return Err(refuse(
+                d,
+                format!("is owned by uid {}, not by root or this user ({me}): its owner could replace what cachescope writes there; record into a directory of your own", m.uid()),
+            ));
+        }
+        let sticky = mode & 0o1000 != 0;
+        if mode & 0o022 != 0 && (i == 0 || !sticky) {
+            return Err(refuse(
+                d,
+                format!("is writable by others than its owner (mode {mode:04o}): they could replace what cachescope writes there; chmod go-w {} or record elsewhere", d.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// YYYYmmddTHHMMSS from seconds since the epoch (UTC), for file names that sort by time.
 pub(super) fn utc_stamp(secs: i64) -> String {
     let (y, m, d, h, min, s) = cachescope_platform::clock::utc_civil(secs);

@@ -666,3 +666,36 @@ fn a_failed_rename_leaves_the_file_recoverable_not_lost() {
     let rec = recover_dir(&out).expect("recovery");
     assert!(matches!(rec.as_slice(), [Recovery::Recovered { rows: 100, .. }]), "{rec:?}");
 }
+
+/// The output directory is a trust boundary (issue 41): one writable by its group or others,
+/// or below a directory that is (unless sticky, as /tmp is), or owned by another user, is
+/// refused in one line naming it; a private one below a sticky world-writable one is fine.
+#[test]
+fn a_directory_others_could_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chmod = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).expect("mkdir");
+    chmod(&out, 0o775);
+    let e = ParquetSink::new(opts(&out)).err().expect("refused").to_string();
+    assert!(e.contains("writable by others than its owner (mode 0775)") && e.contains("chmod go-w"), "{e}");
+    chmod(&out, 0o750);
+    // Below a world-writable parent: refused unless the parent is sticky.
+    chmod(dir.path(), 0o777);
+    let e = ParquetSink::new(opts(&out)).err().expect("refused").to_string();
+    assert!(e.contains(&dir.path().display().to_string()) && e.contains("mode 0777"), "{e}");
+    chmod(dir.path(), 0o1777);
+    let (_, e) = ParquetSink::new(opts(&out)).expect("a sticky parent is fine").close();
+    assert!(e.is_none(), "{e:?}");
+    chmod(dir.path(), 0o700);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // Owned by another user (nobody): its owner could swap our files.
+        let o = std::ffi::CString::new(out.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: chown reads the NUL-terminated path, alive for the call.
+        assert_eq!(unsafe { libc::chown(o.as_ptr(), 65534, 65534) }, 0);
+        let e = ParquetSink::new(opts(&out)).err().expect("refused").to_string();
+        assert!(e.contains("is owned by uid 65534"), "{e}");
+    }
+}
