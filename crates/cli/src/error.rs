@@ -75,19 +75,6 @@ pub fn bounded(s: &str) -> String {
     format!("{start} … ({} characters left out) … {end}", n - head - tail)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_long_reason_keeps_its_start_and_end() {
-        let long = format!("deep.toml: parse error: {} at the end", "[".repeat(800_000));
-        let b = super::bounded(&long);
-        assert!(b.chars().count() < super::MAX_REASON + 60, "{}", b.len());
-        assert!(b.starts_with("deep.toml: parse error: [[") && b.ends_with("[[ at the end"), "{b}");
-        assert!(b.contains(&format!("({} characters left out)", long.len() - 400 - 150)), "{b}");
-        assert_eq!(super::bounded("short"), "short");
-    }
-}
-
 /// Write `text` to stdout and flush: a reader that went away ends the command quietly
 /// ([`CliError::Closed`]), any other failure is [`CliError::Output`].
 pub fn print_out(text: &str) -> Result<(), CliError> {
@@ -102,5 +89,18 @@ pub fn stdout_error(e: std::io::Error) -> CliError {
         CliError::Closed
     } else {
         CliError::output(format!("writing to stdout: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_long_reason_keeps_its_start_and_end() {
+        let long = format!("deep.toml: parse error: {} at the end", "[".repeat(800_000));
+        let b = super::bounded(&long);
+        assert!(b.chars().count() < super::MAX_REASON + 60, "{}", b.len());
+        assert!(b.starts_with("deep.toml: parse error: [[") && b.ends_with("[[ at the end"), "{b}");
+        assert!(b.contains(&format!("({} characters left out)", long.len() - 400 - 150)), "{b}");
+        assert_eq!(super::bounded("short"), "short");
     }
 }
