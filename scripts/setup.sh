@@ -69,7 +69,12 @@ for entry in "${HEADERS_BUILD[@]}" "${APT_HEADERS[@]}"; do
   [ -e "$path" ] || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}" >&2
+  # What the wait is, up front: a fresh machine's first test run installs ~1.5 GB.
+  if ((only_build)); then
+    echo "setup: installing ${missing[*]} (apt-get: usually under a minute)" >&2
+  else
+    echo "setup: installing ${missing[*]} (apt-get: 2-6 minutes on a fresh machine, once)" >&2
+  fi
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   # Another apt (unattended-upgrades on a fresh cloud VM) may hold the lock: wait for it,
