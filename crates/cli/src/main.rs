@@ -5,6 +5,7 @@ mod duration;
 mod error;
 mod hook;
 mod info;
+mod noisy;
 mod parts;
 mod report;
 mod terminal;

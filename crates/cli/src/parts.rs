@@ -119,6 +119,10 @@ pub struct Common {
     /// `cachescope info` does), not only what is null.
     #[arg(short, long)]
     verbose: bool,
+    /// Write one JSON object per noisy-neighbour episode start and end to FILE (appended),
+    /// or to stdout with `-` (record and serve; monitor's stdout is its view).
+    #[arg(long, value_name = "FILE|-")]
+    events: Option<PathBuf>,
 }
 
 /// What the terminal shows (`monitor`).
@@ -373,6 +377,12 @@ fn sinks(
 ) -> Result<Vec<Box<dyn Sink>>, CliError> {
     let mut v: Vec<Box<dyn Sink>> = Vec::new();
     let host = terminal::hostname();
+    // The live noisy-neighbour finder first: the outputs after it read what it found.
+    let board = cachescope_sinks::noisy::Board::shared();
+    v.push(Box::new(crate::noisy::FinderSink::new(board.clone())));
+    if let Some((out, what)) = opened.events {
+        v.push(Box::new(crate::noisy::EventsSink::new(board.clone(), out, what)));
+    }
     match outs.terminal {
         Some(Terminal::Jsonl) => {
             let prov = Provenance::of(b.backend.info().emulated.is_some());
@@ -385,7 +395,7 @@ fn sinks(
             let capable = std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb");
             if t == Terminal::View && capable && std::io::stdout().is_terminal() && std::io::stdin().is_terminal() {
                 let following = b.containers.describe();
-                v.push(Box::new(Live::start(host.clone(), following).map_err(CliError::unavailable)?));
+                v.push(Box::new(Live::start(host.clone(), following, board.clone()).map_err(CliError::unavailable)?));
             } else {
                 v.push(Box::new(Table::default()));
             }
@@ -406,6 +416,18 @@ fn sinks(
             rotate_now: Some(rotate.clone()),
             ..o
         };
+        // The episodes the live finder reports, beside the rows: one small file per run, named
+        // by its run id, made at its first episode (docs/data.md).
+        let run_id = o.metadata.iter().find(|(k, _)| k == cachescope_sinks::read::RUN_ID).map(|(_, v)| v.clone());
+        if let Some(id) = run_id {
+            let path = opened.path().join(format!("{}{id}.jsonl", cachescope_sinks::noisy::EPISODES_PREFIX));
+            let what = path.display().to_string();
+            v.push(Box::new(crate::noisy::EventsSink::new(
+                board.clone(),
+                Box::new(crate::noisy::LazyFile::new(path)),
+                what,
+            )));
+        }
         let sink =
             RecordSink::start_in(o, opened).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
         for r in sink.recovered() {
@@ -420,6 +442,7 @@ fn sinks(
         v.push(Box::new(r));
     }
     if let Some(serve) = opened.serve {
+        let serve = serve.with_board(board.clone());
         cachescope_platform::say!("serving Prometheus metrics at http://{}/metrics", serve.addr());
         v.push(Box::new(serve));
     }
@@ -432,11 +455,27 @@ fn sinks(
 struct Opened {
     dir: Option<cachescope_sinks::parquet::OutputDir>,
     serve: Option<ServeSink>,
+    events: Option<(Box<dyn std::io::Write + Send>, String)>,
 }
 
 impl Opened {
-    fn open(outs: &Outputs) -> Result<Opened, CliError> {
+    fn open(outs: &Outputs, args: &Common) -> Result<Opened, CliError> {
         let mut o = Opened::default();
+        if let Some(path) = &args.events {
+            if path.as_os_str() == "-" {
+                if outs.terminal.is_some() {
+                    return Err(CliError::input("--events -: monitor's stdout is its view; name a file"));
+                }
+                o.events = Some((Box::new(std::io::stdout()), "stdout".into()));
+            } else {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|e| CliError::input(format!("--events {}: {e}", path.display())))?;
+                o.events = Some((Box::new(f), path.display().to_string()));
+            }
+        }
         if let Some((dir, ..)) = &outs.record {
             let d = cachescope_sinks::parquet::OutputDir::open(dir)
                 .map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;
@@ -484,7 +523,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
     for sig in [s::SIGUSR1, s::SIGUSR2, s::SIGALRM, s::SIGVTALRM, s::SIGPROF, s::SIGIO, libc::SIGPWR, s::SIGXFSZ] {
         signal_hook::flag::register(sig, ignored.clone()).map_err(handler)?;
     }
-    let opened = Opened::open(outs)?;
+    let opened = Opened::open(outs, args)?;
     let b = build(args)?;
     if let Some(d) = args.duration.filter(|d| *d < b.interval) {
         return Err(CliError::input(format!(

@@ -94,15 +94,18 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
             write(&path, &html::page(&report))?;
             written.push(path);
         }
+        let live = live_episodes(g);
         if args.json {
-            let json = serde_json::to_string_pretty(&report).map_err(CliError::input)?;
+            let mut v = serde_json::to_value(&report).map_err(CliError::input)?;
+            v["live_episodes"] = serde_json::Value::Array(live);
+            let json = serde_json::to_string_pretty(&v).map_err(CliError::input)?;
             out.push_str(&json);
             out.push('\n');
         } else {
             if apart {
                 let _ = writeln!(out, "== recording {} of {}: {}\n", i + 1, groups.len(), describe(g));
             }
-            out.push_str(&text(&report));
+            out.push_str(&text(&report, &live));
             if apart && i + 1 < groups.len() {
                 out.push('\n');
             }
@@ -115,6 +118,36 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
     crate::error::print_out(&out)
 }
 
+/// What the recorder's live finder reported during the runs of `g` (their episodes files beside
+/// the Parquet files, docs/data.md): each episode once, as it last stood.
+fn live_episodes(g: &[RunFiles]) -> Vec<serde_json::Value> {
+    let mut out: Vec<serde_json::Value> = Vec::new();
+    for r in g.iter().filter(|r| !r.unreadable) {
+        let Some(dir) = r.files.first().and_then(|f| f.parent()) else { continue };
+        let path = dir.join(format!("{}{}.jsonl", cachescope_sinks::noisy::EPISODES_PREFIX, r.id));
+        // A small file of ours; more than 16 MiB is not one.
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        if text.len() > 16 << 20 {
+            continue;
+        }
+        for line in text.lines() {
+            let Ok(mut e) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+            let key = |v: &serde_json::Value| {
+                (v["domain"].clone(), v["container_id"].clone(), v["kind"].clone(), v["start_ns"].clone())
+            };
+            if let Some(m) = e.as_object_mut() {
+                m.remove("event");
+                m.remove("time_ns");
+            }
+            match out.iter_mut().find(|x| key(x) == key(&e)) {
+                Some(x) => *x = e,
+                None => out.push(e),
+            }
+        }
+    }
+    out
+}
+
 /// A recording in a few words: its host, backend and runs.
 fn describe(g: &[RunFiles]) -> String {
     let first = g.iter().find(|r| !r.unreadable);
@@ -124,8 +157,9 @@ fn describe(g: &[RunFiles]) -> String {
     format!("host {host}, backend {backend}, {runs} run{}", if runs == 1 { "" } else { "s" })
 }
 
-/// The text report: the run's facts, the episodes, the per-container table.
-fn text(report: &cachescope_report::Report) -> String {
+/// The text report: the run's facts, the episodes (recomputed, and as the recorder saw them
+/// live), the per-container table.
+fn text(report: &cachescope_report::Report, live: &[serde_json::Value]) -> String {
     use std::fmt::Write;
     let mut o = html::facts_text(&report.run);
     o.push('\n');
@@ -139,6 +173,28 @@ fn text(report: &cachescope_report::Report) -> String {
             let ((from, to), what) = (e.seconds_from(t0), cachescope_report::svg::printable(&html::episode_line(e)));
             let _ = writeln!(o, "  {}. {from:.2}-{to:.2} s: {what}", i + 1);
         }
+    }
+    if !live.is_empty() {
+        let t0 = report.run.start_ns.unwrap_or(0);
+        let said: Vec<String> = live
+            .iter()
+            .map(|e| {
+                let victims: Vec<&str> = e["victims"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v["container_name"].as_str())
+                    .collect();
+                format!(
+                    "{} in L3 {} from {:.2} s ({} lost)",
+                    cachescope_report::svg::printable(e["container_name"].as_str().unwrap_or("?")),
+                    e["domain"],
+                    (e["start_ns"].as_i64().unwrap_or(t0) - t0) as f64 / 1e9,
+                    cachescope_report::svg::printable(&victims.join(", "))
+                )
+            })
+            .collect();
+        let _ = writeln!(o, "Seen live by the recorder: {}", said.join("; "));
     }
     o.push('\n');
     o.push_str(&table(&report.containers));

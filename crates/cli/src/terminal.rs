@@ -119,12 +119,14 @@ pub struct Live {
     tui: Tui,
     host: String,
     following: String,
+    board: cachescope_sinks::noisy::SharedBoard,
 }
 
 impl Live {
-    /// `following`: what the container source looks for, said while no container is seen.
-    pub fn start(host: String, following: String) -> Result<Live, String> {
-        Ok(Live { acc: Accumulator::default(), tui: Tui::start()?, host, following })
+    /// `following`: what the container source looks for, said while no container is seen;
+    /// `board`: the live noisy-neighbour finder's, whose active episodes the view shows.
+    pub fn start(host: String, following: String, board: cachescope_sinks::noisy::SharedBoard) -> Result<Live, String> {
+        Ok(Live { acc: Accumulator::default(), tui: Tui::start()?, host, following, board })
     }
 }
 
@@ -147,6 +149,7 @@ impl Sink for Live {
             wall_ns: cachescope_platform::clock::realtime_ns(),
             header,
             following: self.following.clone(),
+            episodes: self.board.lock().map(|b| b.active.clone()).unwrap_or_default(),
             rows: self.acc.take(st.period, &st.l3_bytes),
         });
         if self.tui.quit_requested() {

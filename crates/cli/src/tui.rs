@@ -11,7 +11,7 @@
 use crate::view::{domain_totals, fold, sort, Group, SortKey, ViewRow};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Modifier, Style};
+use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Wrap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +29,8 @@ pub struct Frame {
     pub header: Vec<String>,
     /// What the run follows ("Docker, containerd, ... containers"), said while there is none.
     pub following: String,
+    /// Noisy-neighbour episodes active now (the live finder's).
+    pub episodes: Vec<cachescope_sinks::noisy::LiveEpisode>,
     pub rows: Vec<ViewRow>,
 }
 
@@ -440,6 +442,67 @@ fn totals_lines(rows: &[ViewRow], width: u16) -> Vec<String> {
     out
 }
 
+const AGGRESSOR: char = '▲';
+const VICTIM: char = '▼';
+
+/// Each container of an active episode and its mark: ▲ the aggressor, ▼ a victim (an
+/// aggressor in one episode and a victim in another is shown as the aggressor).
+fn marks(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> std::collections::HashMap<&str, char> {
+    let mut m = std::collections::HashMap::new();
+    for e in eps {
+        for v in &e.victims {
+            m.entry(v.container_id.as_str()).or_insert(VICTIM);
+        }
+    }
+    for e in eps {
+        m.insert(e.container_id.as_str(), AGGRESSOR);
+    }
+    m
+}
+
+/// The active episodes, newest first, at most three lines and a count of the rest: who rose,
+/// by what, since when, and who lost what.
+fn episode_lines(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in eps.iter().rev().take(3) {
+        let since = cachescope_report::html::utc(e.start_ns);
+        let since = since.get(11..21).unwrap_or(&since);
+        let what = match (e.kind, e.occupancy_before_bytes, e.occupancy_after_bytes) {
+            ("occupancy", Some(a), Some(b)) => format!("occupancy {} → {} MiB", mib(a as u64), mib(b as u64)),
+            _ => format!(
+                "bandwidth {} → {} MB/s",
+                e.bandwidth_before_bytes_per_sec.map_or("-".into(), |b| format!("{:.0}", b / 1e6)),
+                e.bandwidth_during_bytes_per_sec.map_or("-".into(), |b| format!("{:.0}", b / 1e6))
+            ),
+        };
+        let victims: Vec<String> = e
+            .victims
+            .iter()
+            .map(|v| {
+                let who = crate::view::printable(if v.container_name.is_empty() {
+                    &v.container_id
+                } else {
+                    &v.container_name
+                });
+                match v.occupancy_lost_bytes {
+                    Some(l) if l > 0.0 => format!("{VICTIM} {who} lost {} MiB", mib(l as u64)),
+                    _ => format!("{VICTIM} {who} lost IPC"),
+                }
+            })
+            .collect();
+        let who = crate::view::printable(if e.container_name.is_empty() { &e.container_id } else { &e.container_name });
+        out.push(format!(
+            "NOISY NEIGHBOUR L3 {}: {AGGRESSOR} {who} {what} since {since}; {}",
+            e.domain,
+            victims.join(", ")
+        ));
+    }
+    if eps.len() > 3 {
+        out.push(format!("… and {} more active episodes", eps.len() - 3));
+    }
+    out
+}
+
 /// The help box's lines: at most 72 characters, so that the box (4 more) fits 80 columns
 /// without wrapping, and 9 lines (11 rows) fit 24.
 const HELP: [&str; 9] = [
@@ -470,6 +533,8 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
             );
             header.extend(fr.header.iter().map(|h| Line::from(h.as_str())));
             header.extend(totals_lines(rows, width).into_iter().map(Line::from));
+            let red = Style::default().fg(Color::Red).add_modifier(Modifier::BOLD);
+            header.extend(episode_lines(&fr.episodes).into_iter().map(|l| Line::from(l).style(red)));
         }
         None => header.push(Line::from("cachescope: waiting for the first period…")),
     }
@@ -518,10 +583,21 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
         .iter()
         .map(|c| if *c == Col::Name { Constraint::Length(name_w) } else { Constraint::Length(c.width()) })
         .collect();
+    let marks = frame.map(|fr| marks(&fr.episodes)).unwrap_or_default();
     let body_rows = all_lines.iter().skip(st.scroll).take(visible).map(|r| {
-        let style = if r.id.is_empty() { Style::default().add_modifier(Modifier::DIM) } else { Style::default() };
+        let mark = marks.get(r.id.as_str()).copied();
+        let style = match mark {
+            _ if r.id.is_empty() => Style::default().add_modifier(Modifier::DIM),
+            Some(AGGRESSOR) => Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
+            Some(_) => Style::default().fg(Color::Yellow),
+            None => Style::default(),
+        };
         Row::new(cols.iter().map(|c| {
-            let text = c.cell(r, name_w as usize);
+            let text = match mark {
+                // The mark in the name's first two columns: the name is shortened for it.
+                Some(m) if *c == Col::Name => format!("{m} {}", c.cell(r, (name_w as usize).saturating_sub(2))),
+                _ => c.cell(r, name_w as usize),
+            };
             // Numbers right-aligned under their titles.
             if matches!(c, Col::Name | Col::Status) {
                 Cell::from(text)

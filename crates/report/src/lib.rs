@@ -4,6 +4,7 @@
 
 pub mod episodes;
 pub mod html;
+pub mod live;
 pub mod summary;
 pub mod svg;
 pub mod text;

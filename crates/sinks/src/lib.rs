@@ -6,6 +6,7 @@
 mod footer;
 pub mod http;
 pub mod jsonl;
+pub mod noisy;
 mod pages;
 pub mod parquet;
 pub mod prom;

@@ -54,6 +54,8 @@ pub struct Metrics {
     l3_bytes: Vec<(u32, u64)>,
     /// What drives emulated values, when they are.
     emulated: Option<String>,
+    /// The live noisy-neighbour finder's board, where the run has one.
+    pub board: Option<crate::noisy::SharedBoard>,
 }
 
 /// `name="value",...`, values escaped.
@@ -65,7 +67,7 @@ fn label_set(pairs: &[(&str, &str)]) -> String {
     s
 }
 
-fn escape(v: &str) -> String {
+pub(crate) fn escape(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
         match c {
@@ -287,6 +289,11 @@ impl Metrics {
             }
             None => {
                 let _ = writeln!(o, "{em}{{driven_by=\"\"}} 0");
+            }
+        }
+        if let Some(board) = &self.board {
+            if let Ok(b) = board.lock() {
+                b.render(&mut o);
             }
         }
         let b = "cachescope_build_info";

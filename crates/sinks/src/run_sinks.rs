@@ -233,6 +233,12 @@ impl ServeSink {
         Ok(ServeSink { metrics, server })
     }
 
+    /// Serve the live noisy-neighbour finder's episodes too.
+    pub fn with_board(self, board: crate::noisy::SharedBoard) -> ServeSink {
+        self.with(|m| m.board = Some(board));
+        self
+    }
+
     /// The address bound (the port the kernel chose for `:0`).
     pub fn addr(&self) -> SocketAddr {
         self.server.addr()

@@ -30,6 +30,12 @@ fn dashboard_exprs() -> Vec<String> {
             out.push(e.replace("$__rate_interval", "1m").replace("$instance", ".*").replace("$namespace", ".*"));
         }
     }
+    // And the annotations' queries (the noisy-neighbour episodes on every panel).
+    for a in v["annotations"]["list"].as_array().expect("annotations") {
+        if let Some(e) = a["expr"].as_str() {
+            out.push(e.replace("$__rate_interval", "1m").replace("$instance", ".*").replace("$namespace", ".*"));
+        }
+    }
     out
 }
 
@@ -48,7 +54,10 @@ fn names_in(text: &str) -> BTreeSet<String> {
 
 #[test]
 fn rules_and_dashboard_use_what_the_page_has() {
-    let page = Metrics::new().render();
+    // As a run serves it: with the live noisy-neighbour finder's families.
+    let mut m = Metrics::new();
+    m.board = Some(cachescope_sinks::noisy::Board::shared());
+    let page = m.render();
     let families: BTreeSet<String> = page
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))

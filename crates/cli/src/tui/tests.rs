@@ -50,6 +50,7 @@ fn frame(n: usize) -> Frame {
         wall_ns: 1_795_489_652_481_257_541,
         header: vec!["t=1.000s  backend=emulated interval=1ms".into()],
         following: "Docker, containerd, CRI-O and Podman containers and Kubernetes pods, by cgroup name".into(),
+        episodes: Vec::new(),
         rows,
     }
 }
@@ -97,6 +98,9 @@ fn every_width_shows_whole_headers_and_values() {
         let last = s.last().unwrap();
         assert!(last.contains(" more ↓") && last.contains("of 40"), "{width}: {last}");
         assert!(s.iter().all(|l| l.chars().count() == width as usize));
+        if width == 100 {
+            println!("{all}");
+        }
     }
 }
 
@@ -206,5 +210,53 @@ fn no_container_says_what_was_looked_for_and_how_to_widen_it() {
         );
         assert!(flat.contains("--containers 'GLOB'") && flat.contains("cachescope info"), "{width}: {all}");
         assert!(s.last().unwrap().contains("no containers"), "{width}: {}", s.last().unwrap());
+    }
+}
+
+/// An active noisy-neighbour episode (issue 44): a red line under the totals names the
+/// aggressor, what rose and since when, and each victim with what it lost; the aggressor's
+/// row is marked ▲ and the victim's ▼, at every width.
+#[test]
+fn an_active_episode_is_named_and_its_containers_marked() {
+    let mut fr = frame(12);
+    let victim = |id: &str, name: &str| cachescope_sinks::noisy::LiveVictim {
+        container_id: id.into(),
+        container_name: name.into(),
+        occupancy_before_bytes: Some(12.0 * 1048576.0),
+        occupancy_lost_bytes: Some(6.5 * 1048576.0),
+        ipc_before: None,
+        ipc_during: None,
+    };
+    fr.episodes.push(cachescope_sinks::noisy::LiveEpisode {
+        domain: 0,
+        kind: "occupancy",
+        start_ns: 1_795_489_650_250_000_000,
+        end_ns: 1_795_489_650_500_000_000,
+        detected_ns: 1_795_489_651_000_000_000,
+        container_id: "c02".into(),
+        container_name: "svc-02".into(),
+        occupancy_before_bytes: Some(0.0),
+        occupancy_after_bytes: Some(24.0 * 1048576.0),
+        bandwidth_before_bytes_per_sec: None,
+        bandwidth_during_bytes_per_sec: None,
+        victims: vec![victim("c04", "svc-04")],
+    });
+    for width in [80u16, 100, 160] {
+        let mut st = State::default();
+        let s = screen(width, 30, &fr, &mut st);
+        let all = s.join("\n");
+        let flat: String = all.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("NOISY NEIGHBOUR L3 0: ▲ svc-02 occupancy 0.0 → 24.0 MiB since 03:07:30.2")
+                && flat.contains("▼ svc-04 lost 6.5 MiB"),
+            "{width}:\n{all}"
+        );
+        assert!(s.iter().any(|l| l.starts_with("▲ svc-02")), "{width}: aggressor marked\n{all}");
+        assert!(s.iter().any(|l| l.starts_with("▼ svc-04")), "{width}: victim marked\n{all}");
+        assert!(s.iter().any(|l| l.starts_with("svc-03")), "{width}: the others unmarked\n{all}");
+        assert!(s.iter().all(|l| l.chars().count() == width as usize));
+        if width == 100 {
+            println!("{all}");
+        }
     }
 }

@@ -142,6 +142,11 @@ fn promtool_accepts_the_page() {
     let mut m = Metrics::new();
     m.update(&[row("a", 0, Some(4096), Some(100), Status::Ok)]);
     m.observe_lateness(std::time::Duration::from_micros(30));
+    // With the live finder's families, an episode active.
+    let board = crate::noisy::Board::shared();
+    board.lock().expect("board").active.push(episode("backup", &["web", "db"]));
+    board.lock().expect("board").totals.insert(0, 1);
+    m.board = Some(board);
     use std::io::Write;
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
@@ -192,4 +197,56 @@ fn a_container_without_a_cgroup_has_no_cadvisor_id() {
     let page = m.render();
     assert!(page.contains("container_llc_occupancy_bytes{id=\"\","), "{page}");
     assert!(!page.contains("id=\"/\""), "{page}");
+}
+
+fn episode(aggressor: &str, victims: &[&str]) -> crate::noisy::LiveEpisode {
+    crate::noisy::LiveEpisode {
+        domain: 0,
+        kind: "occupancy",
+        start_ns: 1,
+        end_ns: 2,
+        detected_ns: 3,
+        container_id: format!("{aggressor}-id"),
+        container_name: aggressor.into(),
+        occupancy_before_bytes: Some(0.0),
+        occupancy_after_bytes: Some(8e6),
+        bandwidth_before_bytes_per_sec: None,
+        bandwidth_during_bytes_per_sec: None,
+        victims: victims
+            .iter()
+            .map(|v| crate::noisy::LiveVictim {
+                container_id: format!("{v}-id"),
+                container_name: v.to_string(),
+                occupancy_before_bytes: Some(8e6),
+                occupancy_lost_bytes: Some(4e6),
+                ipc_before: None,
+                ipc_during: None,
+            })
+            .collect(),
+    }
+}
+
+/// The live finder's episodes on the page: one series per active (aggressor, victim), at
+/// most the newest 32, the rest counted; the episodes counted per domain.
+#[test]
+fn active_episodes_are_series_of_bounded_number() {
+    let board = crate::noisy::Board::shared();
+    {
+        let mut b = board.lock().expect("board");
+        b.active.push(episode("backup", &["web", "db"]));
+        b.totals.insert(0, 3);
+    }
+    let mut m = Metrics::new();
+    m.board = Some(board.clone());
+    let s = parse(&m.render()).unwrap();
+    let k = "cachescope_noisy_neighbour_active{domain=\"0\",aggressor=\"backup\",victim=\"web\",kind=\"occupancy\"}";
+    assert_eq!(s.get(k), Some(&1.0), "{:?}", s.keys().filter(|k| k.contains("noisy")).collect::<Vec<_>>());
+    assert_eq!(s.get("cachescope_noisy_neighbour_episodes_total{domain=\"0\"}"), Some(&3.0));
+    assert_eq!(s.get("cachescope_noisy_neighbour_active_dropped"), Some(&0.0));
+    // 20 episodes of 2 victims: 40 pairs, the newest 32 shown.
+    board.lock().expect("board").active = (0..20).map(|i| episode(&format!("a{i}"), &["v1", "v2"])).collect();
+    let s = parse(&m.render()).unwrap();
+    assert_eq!(s.keys().filter(|k| k.starts_with("cachescope_noisy_neighbour_active{")).count(), 32);
+    assert_eq!(s.get("cachescope_noisy_neighbour_active_dropped"), Some(&8.0));
+    assert!(s.keys().any(|k| k.contains("aggressor=\"a19\"")) && !s.keys().any(|k| k.contains("aggressor=\"a0\"")));
 }

@@ -1,0 +1,134 @@
+//! Noisy-neighbour episodes as they happen: the live finder as an engine sink (first in the
+//! run's sinks, so the others see what it found), and the log of episode starts and ends
+//! (`--events FILE|-`, and the recording's episodes file) as another.
+
+use cachescope_engine::{Flow, OutputError, Row, RunStatus, Sink};
+use cachescope_report::live::LiveFinder;
+use cachescope_sinks::noisy::SharedBoard;
+use std::io::Write;
+
+/// The live finder, fed the run's rows.
+pub struct FinderSink {
+    finder: LiveFinder,
+    board: SharedBoard,
+}
+
+impl FinderSink {
+    pub fn new(board: SharedBoard) -> FinderSink {
+        FinderSink { finder: LiveFinder::new(board.clone()), board }
+    }
+}
+
+impl Sink for FinderSink {
+    fn rows(&mut self, rows: &[Row]) -> Flow {
+        self.finder.rows(rows);
+        Flow::Continue
+    }
+
+    fn status(&mut self, st: &RunStatus) -> Flow {
+        self.finder.set_l3(&st.l3_bytes);
+        Flow::Continue
+    }
+
+    fn forget(&mut self, id: &str) {
+        self.finder.forget(id);
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
+        self.finder.finish();
+        let b = self.board.lock().unwrap_or_else(|p| p.into_inner());
+        let n: u64 = b.totals.values().sum();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let per: Vec<String> = b.totals.iter().map(|(d, n)| format!("L3 {d}: {n}")).collect();
+        Ok(vec![format!("noisy-neighbour episodes found live: {n} ({})", per.join(", "))])
+    }
+}
+
+/// A file made at its first write (a run without an episode leaves none): in the output
+/// directory, so as its other files are, never following a symlink, never over a file, 0640.
+pub struct LazyFile {
+    path: std::path::PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl LazyFile {
+    pub fn new(path: std::path::PathBuf) -> LazyFile {
+        LazyFile { path, file: None }
+    }
+}
+
+impl Write for LazyFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = match &mut self.file {
+            Some(f) => f,
+            None => self.file.insert(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o640)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&self.path)?,
+            ),
+        };
+        f.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.as_mut().map_or(Ok(()), |f| f.flush())
+    }
+}
+
+/// One JSON object per episode start and end, each a line, flushed as it is written.
+pub struct EventsSink {
+    board: SharedBoard,
+    cursor: u64,
+    out: Box<dyn Write + Send>,
+    /// Where, for messages.
+    what: String,
+    failed: Option<String>,
+}
+
+impl EventsSink {
+    pub fn new(board: SharedBoard, out: Box<dyn Write + Send>, what: String) -> EventsSink {
+        EventsSink { board, cursor: 0, out, what, failed: None }
+    }
+
+    fn drain(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        let (events, next) = self.board.lock().map(|b| b.events_since(self.cursor)).unwrap_or_default();
+        if events.is_empty() {
+            return;
+        }
+        self.cursor = next;
+        let mut text = String::new();
+        for e in events {
+            if let Ok(line) = serde_json::to_string(&e) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        if let Err(e) = self.out.write_all(text.as_bytes()).and_then(|()| self.out.flush()) {
+            self.failed = Some(format!("writing episode events to {}: {e}", self.what));
+        }
+    }
+}
+
+impl Sink for EventsSink {
+    fn rows(&mut self, _rows: &[Row]) -> Flow {
+        self.drain();
+        Flow::Continue
+    }
+
+    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
+        self.drain();
+        match self.failed.take() {
+            Some(why) => Err(OutputError(why)),
+            None => Ok(Vec::new()),
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! The noisy-neighbour finder while a run goes on: the rows of the engine's sink path, as they
+//! come, on a grid of [`BUCKET_NS`] buckets over the last [`WINDOW`] of them, and the report's
+//! own finder ([`crate::episodes::find`], the same rules) run on that window once per
+//! [`EVERY`] buckets of data. Episodes are reported on a [`Board`] the run's outputs share:
+//! started when first found, active until [`HOLD_NS`] after their last rising (or holding)
+//! bucket, then ended. Memory: a window of buckets per (container, domain) series, at most
+//! [`MAX_SERIES`] series; per episode, its figures.
+
+use crate::episodes::{find, Episode, Kind};
+use crate::timeline::{Domain, Line, Timeline};
+use cachescope_engine::row::Row;
+use cachescope_sinks::noisy::{Board, Event, LiveEpisode, LiveVictim, SharedBoard};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// The grid's step: the report's for a recording of up to 40 s (its grid has at most 800
+/// buckets), so that a report of the same run finds its episodes on the same bucket edges.
+pub const BUCKET_NS: i64 = 50_000_000;
+/// Buckets the window holds: 20 s, longer than any rise the rules look for at this step.
+pub const WINDOW: usize = 400;
+/// A pass of the finder every this many buckets of data: once a second. With the bucket still
+/// filling left out, an episode is reported at most 1.05 s after its rise crosses the rules'
+/// thresholds (docs/metrics.md).
+pub const EVERY: i64 = 20;
+/// An episode stays active this long after its last rising bucket, so that a scrape every 15 s
+/// sees it.
+pub const HOLD_NS: i64 = 15_000_000_000;
+/// Series followed at most (as the report's grid): each holds [`WINDOW`] buckets.
+pub const MAX_SERIES: usize = crate::timeline::MAX_SERIES;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// Occupancy at the bucket's end (the last row's).
+    occ: Option<f64>,
+    /// MBM total moved in it.
+    bytes: Option<f64>,
+    cycles: f64,
+    instructions: f64,
+}
+
+struct Series {
+    name: String,
+    buckets: VecDeque<Bucket>,
+    /// The grid index of the last bucket held.
+    back: i64,
+    /// Its occupancy now, carried forward (rows are sparse).
+    occ: Option<f64>,
+    /// It had bandwidth values: between rows it moved nothing (0), not unknown.
+    has_bytes: bool,
+    alive: bool,
+}
+
+impl Series {
+    fn carry(&self) -> Bucket {
+        if !self.alive {
+            return Bucket::default();
+        }
+        Bucket { occ: self.occ, bytes: self.has_bytes.then_some(0.0), ..Bucket::default() }
+    }
+
+    /// Buckets up to grid index `k`, carried forward; the oldest beyond the window dropped.
+    fn extend_to(&mut self, k: i64) {
+        while self.back < k {
+            let c = self.carry();
+            self.buckets.push_back(c);
+            self.back += 1;
+            if self.buckets.len() > WINDOW {
+                self.buckets.pop_front();
+            }
+        }
+    }
+
+    /// The bucket at grid index `k`, if the window holds it.
+    fn at(&mut self, k: i64) -> Option<&mut Bucket> {
+        let front = self.back - self.buckets.len() as i64 + 1;
+        (k >= front && k <= self.back).then(|| &mut self.buckets[(k - front) as usize])
+    }
+
+    /// Its values on the grid from `start` to `end` (inclusive), as a timeline line.
+    fn line(&self, id: &str, start: i64, end: i64) -> Line {
+        let front = self.back - self.buckets.len() as i64 + 1;
+        let carry = self.carry();
+        let get = |k: i64| -> Option<Bucket> {
+            if k < front {
+                None
+            } else if k <= self.back {
+                Some(self.buckets[(k - front) as usize])
+            } else {
+                Some(carry)
+            }
+        };
+        let secs = BUCKET_NS as f64 / 1e9;
+        let (mut occupancy, mut bandwidth, mut ipc) = (Vec::new(), Vec::new(), Vec::new());
+        for k in start..=end {
+            let b = get(k);
+            occupancy.push(b.and_then(|b| b.occ));
+            bandwidth.push(b.and_then(|b| b.bytes).map(|x| x / secs));
+            ipc.push(b.filter(|b| b.cycles > 0.0).map(|b| b.instructions / b.cycles));
+        }
+        let n = occupancy.len();
+        Line {
+            id: id.to_string(),
+            name: self.name.clone(),
+            occupancy,
+            bandwidth,
+            ipc,
+            mpki: vec![None; n],
+            no_rmid: vec![0.0; n],
+            cpu: vec![None; n],
+        }
+    }
+}
+
+struct Known {
+    ep: LiveEpisode,
+    active: bool,
+}
+
+/// The finder (see the module's comment).
+pub struct LiveFinder {
+    board: SharedBoard,
+    /// container id → domain → series.
+    series: HashMap<String, BTreeMap<i32, Series>>,
+    count: usize,
+    /// The newest grid index a row reached, and where the last pass ended.
+    head: Option<i64>,
+    last_pass: Option<i64>,
+    l3: BTreeMap<i32, f64>,
+    known: Vec<Known>,
+    /// Rows of series beyond [`MAX_SERIES`], left out.
+    pub cut_rows: u64,
+}
+
+fn kind_word(k: Kind) -> &'static str {
+    match k {
+        Kind::Occupancy => "occupancy",
+        Kind::Bandwidth => "bandwidth",
+    }
+}
+
+impl LiveFinder {
+    pub fn new(board: SharedBoard) -> LiveFinder {
+        LiveFinder {
+            board,
+            series: HashMap::new(),
+            count: 0,
+            head: None,
+            last_pass: None,
+            l3: BTreeMap::new(),
+            known: Vec::new(),
+            cut_rows: 0,
+        }
+    }
+
+    /// The L3 size of each domain (what the rules' thresholds are shares of; 32 MiB where
+    /// unknown, as the report assumes).
+    pub fn set_l3(&mut self, l3: &[(u32, u64)]) {
+        self.l3 = l3.iter().map(|(d, b)| (*d as i32, *b as f64)).collect();
+    }
+
+    /// One interval's rows (or several), in time order.
+    pub fn rows(&mut self, rows: &[Row]) {
+        for r in rows {
+            self.row(r);
+        }
+        if let Some(h) = self.head {
+            if self.last_pass.is_none_or(|p| h - p >= EVERY) {
+                self.pass(h - 1);
+            }
+        }
+    }
+
+    fn row(&mut self, r: &Row) {
+        let k = (r.time_ns - 1).div_euclid(BUCKET_NS);
+        self.head = Some(self.head.map_or(k, |h| h.max(k)));
+        let domain = r.domain as i32;
+        let doms = match self.series.get_mut(r.container.id.as_str()) {
+            Some(d) => d,
+            None => self.series.entry(r.container.id.clone()).or_default(),
+        };
+        let s = match doms.entry(domain) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                if self.count >= MAX_SERIES {
+                    self.cut_rows += 1;
+                    return;
+                }
+                self.count += 1;
+                let name = r.container.name().map_or_else(|| r.container.id.clone(), String::from);
+                e.insert(Series {
+                    name,
+                    buckets: VecDeque::new(),
+                    back: k - 1,
+                    occ: None,
+                    has_bytes: false,
+                    alive: true,
+                })
+            }
+        };
+        s.alive = true;
+        s.extend_to(k);
+        s.occ = r.llc_occupancy_bytes.map(|o| o as f64);
+        s.has_bytes |= r.mbm_total_bytes.is_some();
+        let occ = s.occ;
+        let Some(b) = s.at(k) else { return };
+        b.occ = occ;
+        if let Some(m) = r.mbm_total_bytes {
+            b.bytes = Some(b.bytes.unwrap_or(0.0) + m as f64);
+        }
+        let [cycles, instructions, ..] = r.pmu.values();
+        if let (Some(c), Some(i)) = (cycles, instructions) {
+            b.cycles += c as f64;
+            b.instructions += i as f64;
+        }
+    }
+
+    /// A container stopped: its series end (no value carried past it).
+    pub fn forget(&mut self, id: &str) {
+        if let Some(doms) = self.series.get_mut(id) {
+            for s in doms.values_mut() {
+                s.alive = false;
+                s.occ = None;
+            }
+        }
+    }
+
+    /// Run the finder over the window ending at grid index `end` (a complete bucket), and
+    /// update the board.
+    fn pass(&mut self, end: i64) {
+        self.last_pass = Some(end + 1);
+        let oldest = self.series.values().flat_map(|d| d.values()).map(|s| s.back - s.buckets.len() as i64 + 1).min();
+        let Some(oldest) = oldest else { return };
+        let start = oldest.max(end - WINDOW as i64 + 1);
+        if end < start {
+            return;
+        }
+        // Series that are gone and out of the window are dropped.
+        for doms in self.series.values_mut() {
+            let before = doms.len();
+            doms.retain(|_, s| s.alive || s.back >= start);
+            self.count -= before - doms.len();
+        }
+        self.series.retain(|_, d| !d.is_empty());
+        let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
+        let mut ids: Vec<&String> = self.series.keys().collect();
+        ids.sort();
+        for id in ids {
+            for (d, s) in &self.series[id] {
+                by_domain.entry(*d).or_default().push(s.line(id, start, end));
+            }
+        }
+        let tl = Timeline {
+            start_ns: start * BUCKET_NS,
+            bucket_ns: BUCKET_NS,
+            buckets: (end - start + 1) as usize,
+            domains: by_domain.into_iter().map(|(domain, lines)| Domain { domain, lines }).collect(),
+        };
+        let found = find(&tl, |d| self.l3.get(&d).copied());
+        let now = (end + 1) * BUCKET_NS;
+        self.reconcile(found, now, start * BUCKET_NS);
+    }
+
+    fn reconcile(&mut self, found: Vec<Episode>, now: i64, window_start: i64) {
+        let mut board = self.board.lock().unwrap_or_else(|p| p.into_inner());
+        for e in found {
+            let kind = kind_word(e.kind);
+            let same = |k: &&mut Known| {
+                k.ep.domain == e.domain
+                    && k.ep.container_id == e.container_id
+                    && k.ep.kind == kind
+                    && (e.start_ns <= k.ep.end_ns + BUCKET_NS && k.ep.start_ns <= e.end_ns + BUCKET_NS)
+            };
+            let victims: Vec<LiveVictim> = e
+                .victims
+                .iter()
+                .map(|v| LiveVictim {
+                    container_id: v.container_id.clone(),
+                    container_name: v.container_name.clone(),
+                    occupancy_before_bytes: v.occupancy_before_bytes,
+                    occupancy_lost_bytes: v.occupancy_lost_bytes,
+                    ipc_before: v.ipc_before,
+                    ipc_during: v.ipc_during,
+                })
+                .collect();
+            match self.known.iter_mut().find(same) {
+                Some(k) => {
+                    // The same rise, seen again a second later: it may have gone on.
+                    if e.end_ns > k.ep.end_ns {
+                        k.ep.end_ns = e.end_ns;
+                        k.ep.occupancy_after_bytes = e.occupancy_after_bytes;
+                        k.ep.bandwidth_during_bytes_per_sec = e.bandwidth_during_bytes_per_sec;
+                    }
+                    for v in victims {
+                        if !k.ep.victims.iter().any(|x| x.container_id == v.container_id) {
+                            k.ep.victims.push(v);
+                        }
+                    }
+                }
+                None => {
+                    let ep = LiveEpisode {
+                        domain: e.domain,
+                        kind,
+                        start_ns: e.start_ns,
+                        end_ns: e.end_ns,
+                        detected_ns: now,
+                        container_id: e.container_id.clone(),
+                        container_name: e.container_name.clone(),
+                        occupancy_before_bytes: e.occupancy_before_bytes,
+                        occupancy_after_bytes: e.occupancy_after_bytes,
+                        bandwidth_before_bytes_per_sec: e.bandwidth_before_bytes_per_sec,
+                        bandwidth_during_bytes_per_sec: e.bandwidth_during_bytes_per_sec,
+                        victims,
+                    };
+                    *board.totals.entry(e.domain).or_default() += 1;
+                    board.log(Event { event: "start", time_ns: now, episode: ep.clone() });
+                    self.known.push(Known { ep, active: true });
+                }
+            }
+        }
+        for k in &mut self.known {
+            if k.active && k.ep.end_ns + HOLD_NS <= now {
+                k.active = false;
+                board.log(Event { event: "end", time_ns: now, episode: k.ep.clone() });
+            }
+        }
+        // Ended episodes are kept while the window can still show their rise (so a later
+        // pass does not report it again).
+        self.known.retain(|k| k.active || k.ep.end_ns + BUCKET_NS >= window_start);
+        board.active = self.known.iter().filter(|k| k.active).map(|k| k.ep.clone()).collect();
+    }
+
+    /// The run ended: a last pass over what is complete, and every active episode ends.
+    pub fn finish(&mut self) {
+        let Some(h) = self.head else { return };
+        if self.last_pass.is_none_or(|p| p <= h) {
+            self.pass(h);
+        }
+        let now = (h + 1) * BUCKET_NS;
+        let mut board = self.board.lock().unwrap_or_else(|p| p.into_inner());
+        for k in self.known.iter_mut().filter(|k| k.active) {
+            k.active = false;
+            board.log(Event { event: "end", time_ns: now, episode: k.ep.clone() });
+        }
+        board.active.clear();
+    }
+}
+
+/// The board's episodes from the start, each once (its last state), for comparison with a
+/// report of the same run.
+pub fn episodes_of(board: &Board) -> Vec<LiveEpisode> {
+    let (events, _) = board.events_since(0);
+    let mut out: Vec<LiveEpisode> = Vec::new();
+    for e in events {
+        match out.iter_mut().find(|x| {
+            x.domain == e.episode.domain
+                && x.container_id == e.episode.container_id
+                && x.kind == e.episode.kind
+                && x.start_ns == e.episode.start_ns
+        }) {
+            Some(x) => *x = e.episode,
+            None => out.push(e.episode),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cachescope_engine::row::{ContainerMeta, Pmu, Status};
+    use std::sync::Arc;
+
+    const MIB: u64 = 1 << 20;
+    const T0: i64 = 1_790_000_000_000_000_000;
+
+    fn row(c: &Arc<ContainerMeta>, t: i64, occ: u64) -> Row {
+        Row {
+            time_ns: t,
+            interval_ns: 10_000_000,
+            container: c.clone(),
+            domain: 0,
+            rmid: None,
+            llc_occupancy_bytes: Some(occ),
+            mbm_total_bytes: Some(1000),
+            mbm_local_bytes: None,
+            pmu: Pmu::default(),
+            cpu_ns: None,
+            status: Status::Ok,
+            mbm_counter: None,
+        }
+    }
+
+    /// web holds 12 MiB; at 3 s noisy starts and fills 24 MiB over 200 ms while web falls to
+    /// 6 MiB; 30 s in all, 10 ms rows. One episode: started once (not again at every pass while
+    /// the window still shows it), ended 15 s after its rise, counted once; no series holds
+    /// more than the window.
+    #[test]
+    fn an_episode_starts_once_and_ends_after_its_hold() {
+        let board = cachescope_sinks::noisy::Board::shared();
+        let mut f = LiveFinder::new(board.clone());
+        f.set_l3(&[(0, 32 * MIB)]);
+        let (web, noisy) = (ContainerMeta::named("web"), ContainerMeta::named("noisy"));
+        let mut active_at = Vec::new();
+        for k in 1..=3000i64 {
+            let t = T0 + k * 10_000_000;
+            let ramp = ((k - 300).clamp(0, 20) as u64) * MIB;
+            let mut rows = vec![row(&web, t, 12 * MIB - ramp * 6 / 20)];
+            if k > 300 {
+                rows.push(row(&noisy, t, ramp * 24 / 20));
+            }
+            f.rows(&rows);
+            if k % 100 == 0 {
+                active_at.push((k / 100, board.lock().unwrap().active.len()));
+            }
+            for doms in f.series.values() {
+                assert!(doms.values().all(|s| s.buckets.len() <= WINDOW));
+            }
+        }
+        f.finish();
+        let b = board.lock().unwrap();
+        let (events, _) = b.events_since(0);
+        let kinds: Vec<&str> = events.iter().map(|e| e.event).collect();
+        assert_eq!(kinds, ["start", "end"], "{events:#?}");
+        let e = &events[0].episode;
+        assert_eq!((e.container_name.as_str(), e.kind, e.victims.len()), ("noisy", "occupancy", 1));
+        assert_eq!(e.victims[0].container_name, "web");
+        assert_eq!(b.totals.get(&0), Some(&1));
+        let start_s = (e.start_ns - T0) as f64 / 1e9;
+        assert!((2.9..=3.1).contains(&start_s), "{start_s}");
+        let latency = (e.detected_ns - e.start_ns) as f64 / 1e9;
+        assert!(latency > 0.0 && latency <= 1.3, "{latency}");
+        // Active from its detection to 15 s after its rise (3.2 s): ended by 19 s.
+        let active: Vec<i64> = active_at.iter().filter(|(_, n)| *n > 0).map(|(s, _)| *s).collect();
+        assert!(
+            active.first().is_some_and(|s| *s <= 5) && active.last().is_some_and(|s| (17..=19).contains(s)),
+            "{active:?}"
+        );
+        assert!(b.active.is_empty());
+    }
+
+    /// More series than [`MAX_SERIES`]: the rest are left out and counted, not held.
+    #[test]
+    fn series_beyond_the_bound_are_counted_not_held() {
+        let mut f = LiveFinder::new(cachescope_sinks::noisy::Board::shared());
+        let cs: Vec<Arc<ContainerMeta>> =
+            (0..MAX_SERIES + 10).map(|i| ContainerMeta::named(&format!("c{i}"))).collect();
+        let rows: Vec<Row> = cs.iter().map(|c| row(c, T0 + 10_000_000, MIB)).collect();
+        f.rows(&rows);
+        assert_eq!(f.count, MAX_SERIES);
+        assert_eq!(f.cut_rows, 10);
+    }
+}
