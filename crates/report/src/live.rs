@@ -10,7 +10,7 @@ use crate::episodes::{find, Episode, Kind};
 use crate::timeline::{Domain, Line, Timeline};
 use cachescope_engine::row::Row;
 use cachescope_sinks::noisy::{Board, Event, LiveEpisode, LiveVictim, SharedBoard};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The grid's step: the report's for a recording of up to 40 s (its grid has at most 800
 /// buckets), so that a report of the same run finds its episodes on the same bucket edges.
@@ -119,7 +119,7 @@ struct Known {
 pub struct LiveFinder {
     board: SharedBoard,
     /// container id → domain → series.
-    series: HashMap<String, BTreeMap<i32, Series>>,
+    series: cachescope_platform::hash::FastMap<String, BTreeMap<i32, Series>>,
     count: usize,
     /// The newest grid index a row reached, and where the last pass ended.
     head: Option<i64>,
@@ -141,7 +141,7 @@ impl LiveFinder {
     pub fn new(board: SharedBoard) -> LiveFinder {
         LiveFinder {
             board,
-            series: HashMap::new(),
+            series: Default::default(),
             count: 0,
             head: None,
             last_pass: None,
