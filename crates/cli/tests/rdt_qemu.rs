@@ -680,5 +680,22 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
             let name = e["container_name"].as_str().unwrap_or("");
             assert!(name.contains("thrash"), "{backend}: an episode blames {name}: {e:#}");
         }
+        // The recorder's live finder (issue 44) saw it too, as it happened: the thrasher in
+        // domain 0 taking the victim's lines, in the same window, blaming no one else.
+        let live = v["live_episodes"].as_array().unwrap();
+        println!("{backend}: seen live: {live:#?}");
+        let first = live
+            .iter()
+            .find(|l| l["container_name"].as_str().is_some_and(|n| n.contains("thrash")) && l["domain"] == 0)
+            .unwrap_or_else(|| panic!("{backend}: the live finder did not name the thrasher: {live:#?}"));
+        assert!(victim(first).is_some(), "{backend}: the live finder did not name the victim: {first:#}");
+        let at = first["start_ns"].as_f64().unwrap() / 1e9;
+        assert!((start - 0.5..=ready + 2.0).contains(&at), "{backend}: seen live at {at}, thrasher at {start}..{ready}");
+        let latency = (first["detected_ns"].as_f64().unwrap() / 1e9) - at;
+        println!("{backend}: the live finder reported it {latency:.3} s after its start");
+        for l in live {
+            let name = l["container_name"].as_str().unwrap_or("");
+            assert!(name.contains("thrash"), "{backend}: the live finder blames {name}: {l:#}");
+        }
     }
 }
