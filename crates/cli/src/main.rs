@@ -9,8 +9,6 @@ mod noisy;
 mod parts;
 mod report;
 mod terminal;
-mod tui;
-mod view;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use error::{print_out, CliError};

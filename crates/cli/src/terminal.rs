@@ -2,10 +2,10 @@
 //! with `--plain`), or JSON lines. Each is an engine sink; the rows of a period are summed
 //! into view rows (rates, shares, ratios) and shown at every status.
 
-use crate::tui::{Frame, Tui};
-use crate::view::{self, Accumulator};
 use cachescope_engine::{Flow, Lateness, OutputError, Row, RunStatus, Sink};
 use cachescope_sinks::parquet::Provenance;
+use cachescope_view::rows::{self as view, Accumulator};
+use cachescope_view::tui::{Frame, Tui};
 use std::io::Write;
 use std::time::Duration;
 

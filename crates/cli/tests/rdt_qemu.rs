@@ -690,7 +690,10 @@ fn report_names_the_noisy_neighbour_the_device_saw() {
             .unwrap_or_else(|| panic!("{backend}: the live finder did not name the thrasher: {live:#?}"));
         assert!(victim(first).is_some(), "{backend}: the live finder did not name the victim: {first:#}");
         let at = first["start_ns"].as_f64().unwrap() / 1e9;
-        assert!((start - 0.5..=ready + 2.0).contains(&at), "{backend}: seen live at {at}, thrasher at {start}..{ready}");
+        assert!(
+            (start - 0.5..=ready + 2.0).contains(&at),
+            "{backend}: seen live at {at}, thrasher at {start}..{ready}"
+        );
         let latency = (first["detected_ns"].as_f64().unwrap() / 1e9) - at;
         println!("{backend}: the live finder reported it {latency:.3} s after its start");
         for l in live {

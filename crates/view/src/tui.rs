@@ -8,7 +8,7 @@
 //! sampling loop hands it one [`Frame`] per display period (dropped if the thread is behind)
 //! and asks [`Tui::quit_requested`] each tick.
 
-use crate::view::{domain_totals, fold, sort, Group, SortKey, ViewRow};
+use crate::rows::{domain_totals, fold, sort, Group, SortKey, ViewRow};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -329,7 +329,7 @@ impl Col {
                     Some(d) if r.id.is_empty() => format!("  L3 {d}"),
                     _ => r.label.clone(),
                 };
-                crate::view::shorten(&label, name_width)
+                crate::rows::shorten(&label, name_width)
             }
             Col::Domain => r.domain.map_or("*".into(), |d| d.to_string()),
             Col::Rmid => r.rmid.map_or("-".into(), |x| x.to_string()),
@@ -479,7 +479,7 @@ fn episode_lines(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> Vec<String> {
             .victims
             .iter()
             .map(|v| {
-                let who = crate::view::printable(if v.container_name.is_empty() {
+                let who = crate::rows::printable(if v.container_name.is_empty() {
                     &v.container_id
                 } else {
                     &v.container_name
@@ -490,7 +490,7 @@ fn episode_lines(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> Vec<String> {
                 }
             })
             .collect();
-        let who = crate::view::printable(if e.container_name.is_empty() { &e.container_id } else { &e.container_name });
+        let who = crate::rows::printable(if e.container_name.is_empty() { &e.container_id } else { &e.container_name });
         out.push(format!(
             "NOISY NEIGHBOUR L3 {}: {AGGRESSOR} {who} {what} since {since}; {}",
             e.domain,
@@ -528,7 +528,7 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
             let when = cachescope_report::html::utc(fr.wall_ns);
             let when = when.get(..19).unwrap_or(&when);
             header.push(
-                Line::from(format!("cachescope on {} at {when} UTC", crate::view::printable(&fr.host)))
+                Line::from(format!("cachescope on {} at {when} UTC", crate::rows::printable(&fr.host)))
                     .style(Style::default().add_modifier(Modifier::BOLD)),
             );
             header.extend(fr.header.iter().map(|h| Line::from(h.as_str())));
@@ -644,7 +644,7 @@ pub fn draw(f: &mut ratatui::Frame, frame: Option<&Frame>, st: &mut State) {
     if st.editing || !st.filter.is_empty() {
         status.push(format!(
             "filter: {}{} ({shown} of {all})",
-            crate::view::printable(&st.filter),
+            crate::rows::printable(&st.filter),
             if st.editing { "▏" } else { "" }
         ));
     }

@@ -16,7 +16,7 @@ fn frame(n: usize) -> Frame {
     for i in 0..n {
         let (id, label) = match i {
             0 => ("a".repeat(64), "3f2a9c0d1e4b5a6978c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2".to_string()),
-            1 => ("evil".into(), crate::view::printable("evil\u{1b}[2Jname\n")),
+            1 => ("evil".into(), crate::rows::printable("evil\u{1b}[2Jname\n")),
             _ => (format!("c{i:02}"), format!("svc-{i:02}")),
         };
         let d = (i % 2) as u32;
