@@ -89,11 +89,21 @@ pub struct EventsSink {
     /// Where, for messages.
     what: String,
     failed: Option<String>,
+    /// A failure is the run's loss (exit 4: the recording's episodes file beside rows that
+    /// did reach their files), not a failed output (exit 1: `--events`, asked for).
+    beside_rows: bool,
+    lost: Option<String>,
 }
 
 impl EventsSink {
+    /// `--events`: a failure to write is the run's failure.
     pub fn new(board: SharedBoard, out: Box<dyn Write + Send>, what: String) -> EventsSink {
-        EventsSink { board, cursor: 0, out, what, failed: None }
+        EventsSink { board, cursor: 0, out, what, failed: None, beside_rows: false, lost: None }
+    }
+
+    /// The recording's episodes file: a failure to write is a loss, said at the end.
+    pub fn beside_rows(board: SharedBoard, out: Box<dyn Write + Send>, what: String) -> EventsSink {
+        EventsSink { beside_rows: true, ..EventsSink::new(board, out, what) }
     }
 
     fn drain(&mut self) {
@@ -127,8 +137,16 @@ impl Sink for EventsSink {
     fn finish(&mut self) -> Result<Vec<String>, OutputError> {
         self.drain();
         match self.failed.take() {
+            Some(why) if self.beside_rows => {
+                self.lost = Some(why);
+                Ok(Vec::new())
+            }
             Some(why) => Err(OutputError(why)),
             None => Ok(Vec::new()),
         }
+    }
+
+    fn losses(&self) -> Option<String> {
+        self.lost.clone()
     }
 }

@@ -422,11 +422,8 @@ fn sinks(
         if let Some(id) = run_id {
             let path = opened.path().join(format!("{}{id}.jsonl", cachescope_sinks::noisy::EPISODES_PREFIX));
             let what = path.display().to_string();
-            v.push(Box::new(crate::noisy::EventsSink::new(
-                board.clone(),
-                Box::new(crate::noisy::LazyFile::new(path)),
-                what,
-            )));
+            let file = Box::new(crate::noisy::LazyFile::new(path));
+            v.push(Box::new(crate::noisy::EventsSink::beside_rows(board.clone(), file, what)));
         }
         let sink =
             RecordSink::start_in(o, opened).map_err(|e| CliError::input(format!("--output {}: {e}", dir.display())))?;

@@ -699,3 +699,57 @@ fn a_directory_others_could_change_is_refused() {
         assert!(e.contains("is owned by uid 65534"), "{e}");
     }
 }
+
+/// Tier 3 (root): a full disk with a crash's leftover (issue 41: `record` refused to start,
+/// exit 2, where an empty directory on the same disk ran): the leftover is recovered if its
+/// footer fits, else passed over and said; the recorder starts either way.
+#[test]
+fn a_full_disk_with_a_leftover_still_starts() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        cachescope_testkit::skip("a_full_disk_with_a_leftover_still_starts needs root to mount a tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = dir.path().join("tiny");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        cachescope_testkit::skip("a_full_disk_with_a_leftover_still_starts could not mount a tmpfs");
+        return;
+    }
+    // Lazily: the crashed sink's descriptors stay open in this process.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let out = mnt.join("rec");
+    let mut s = ParquetSink::new(opts(&out)).expect("sink");
+    for t in 0..3 {
+        s.push(rows(t, 40));
+        s.flush(Instant::now()).expect("flush");
+    }
+    crash(s);
+    let mut f = File::create(mnt.join("filler")).expect("filler");
+    let chunk = vec![0x5au8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+    let s = ParquetSink::new(opts(&out)).expect("a leftover never stops a start, full disk or not");
+    match s.recovered() {
+        [Recovery::Left { why, .. }] => assert!(why.to_lowercase().contains("space"), "{why}"),
+        [Recovery::Recovered { rows: 120, .. }] => {}
+        other => panic!("{other:?}"),
+    }
+    println!("on a full disk: {:?}", s.recovered());
+    drop(f);
+    std::fs::remove_file(mnt.join("filler")).expect("rm filler");
+    let (_, e) = s.close();
+    assert!(e.is_none(), "{e:?}");
+}
