@@ -16,7 +16,8 @@ sh -c 'echo $$ >/sys/fs/cgroup/csb/busy/cgroup.procs; exec sh -c "while :; do :;
 busy=$!
 sleep 1
 for mode in $(echo "$modes" | tr , ' '); do
-  CACHESCOPE_BPF_TICKS=$mode cachescope record --containers 'csb/*' --interval 1ms \
+  # -v: the start-up line that names the tick mode in full (the short one leaves it out).
+  CACHESCOPE_BPF_TICKS=$mode cachescope record -v --containers 'csb/*' --interval 1ms \
     --duration "${secs}s" --output "/tmp/r-$mode" >/dev/null 2>"/tmp/err-$mode"
   rc=$?
   # "eBPF CPU time: 0.014 s (programs ..." (stats on), in ns.

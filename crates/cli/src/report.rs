@@ -122,7 +122,10 @@ pub fn run(args: &ReportArgs) -> Result<(), CliError> {
 /// the Parquet files, docs/data.md): each episode once, as it last stood.
 fn live_episodes(g: &[RunFiles]) -> Vec<serde_json::Value> {
     let mut out: Vec<serde_json::Value> = Vec::new();
-    for r in g.iter().filter(|r| !r.unreadable) {
+    // A run id is what a file's metadata says: only one as `record` makes them (hex) names a
+    // file, so that no id can point outside the directory.
+    let made_by_record = |id: &str| !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    for r in g.iter().filter(|r| !r.unreadable && made_by_record(&r.id)) {
         let Some(dir) = r.files.first().and_then(|f| f.parent()) else { continue };
         let path = dir.join(format!("{}{}.jsonl", cachescope_sinks::noisy::EPISODES_PREFIX, r.id));
         // A small file of ours; more than 16 MiB is not one.
