@@ -61,17 +61,10 @@ impl LazyFile {
 
 impl Write for LazyFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::OpenOptionsExt;
         let f = match &mut self.file {
             Some(f) => f,
-            None => self.file.insert(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o640)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(&self.path)?,
-            ),
+            // As the recorder makes its Parquet files: 0640, O_NOFOLLOW, never over a file.
+            None => self.file.insert(cachescope_sinks::parquet::new_file(&self.path, true)?),
         };
         f.write(buf)
     }

@@ -149,7 +149,11 @@ impl Sink for Live {
             wall_ns: cachescope_platform::clock::realtime_ns(),
             header,
             following: self.following.clone(),
-            episodes: self.board.lock().map(|b| b.active.clone()).unwrap_or_default(),
+            episodes: self
+                .board
+                .lock()
+                .map(|b| b.active.iter().map(|e| e.episode.clone()).collect())
+                .unwrap_or_default(),
             rows: self.acc.take(st.period, &st.l3_bytes),
         });
         if self.tui.quit_requested() {

@@ -10,51 +10,10 @@
 //! a cache big enough for both take nothing from each other, and make no episode.
 
 use crate::timeline::{Line, Timeline};
-use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// The aggressor's occupancy rose.
-    Occupancy,
-    /// The aggressor's memory bandwidth rose.
-    Bandwidth,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Victim {
-    pub container_id: String,
-    pub container_name: String,
-    pub occupancy_before_bytes: Option<f64>,
-    /// Occupancy lost over the episode (negative: gained).
-    pub occupancy_lost_bytes: Option<f64>,
-    pub ipc_before: Option<f64>,
-    pub ipc_during: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Episode {
-    pub domain: i32,
-    pub kind: Kind,
-    /// CLOCK_REALTIME ns.
-    pub start_ns: i64,
-    pub end_ns: i64,
-    pub container_id: String,
-    pub container_name: String,
-    pub occupancy_before_bytes: Option<f64>,
-    pub occupancy_after_bytes: Option<f64>,
-    /// Mean bandwidth over the episode and over as long before it, bytes/s.
-    pub bandwidth_before_bytes_per_sec: Option<f64>,
-    pub bandwidth_during_bytes_per_sec: Option<f64>,
-    pub victims: Vec<Victim>,
-}
-
-impl Episode {
-    /// When it started and ended, in seconds from `t0` (CLOCK_REALTIME ns, the run's start).
-    pub fn seconds_from(&self, t0: i64) -> (f64, f64) {
-        ((self.start_ns - t0) as f64 / 1e9, (self.end_ns - t0) as f64 / 1e9)
-    }
-}
+// The episode's types are the live finder's too (shared with /metrics and the live view):
+// they live in `cachescope-sinks`, which both sides depend on.
+pub use cachescope_sinks::noisy::{Episode, Kind, Victim};
 
 /// What counts: `l3_bytes` (per domain; None: 32 MiB assumed).
 #[derive(Debug, Clone, Copy)]

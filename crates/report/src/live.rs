@@ -6,10 +6,10 @@
 //! bucket, then ended. Memory: a window of buckets per (container, domain) series, at most
 //! [`MAX_SERIES`] series; per episode, its figures.
 
-use crate::episodes::{find, Episode, Kind};
+use crate::episodes::{find, Episode};
 use crate::timeline::{Domain, Line, Timeline};
 use cachescope_engine::row::Row;
-use cachescope_sinks::noisy::{Board, Event, LiveEpisode, LiveVictim, SharedBoard};
+use cachescope_sinks::noisy::{Event, LiveEpisode, SharedBoard};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The grid's step: the report's for a recording of up to 40 s (its grid has at most 800
@@ -128,13 +128,6 @@ pub struct LiveFinder {
     known: Vec<Known>,
     /// Rows of series beyond [`MAX_SERIES`], left out.
     pub cut_rows: u64,
-}
-
-fn kind_word(k: Kind) -> &'static str {
-    match k {
-        Kind::Occupancy => "occupancy",
-        Kind::Bandwidth => "bandwidth",
-    }
 }
 
 impl LiveFinder {
@@ -262,69 +255,45 @@ impl LiveFinder {
     fn reconcile(&mut self, found: Vec<Episode>, now: i64, window_start: i64) {
         let mut board = self.board.lock().unwrap_or_else(|p| p.into_inner());
         for e in found {
-            let kind = kind_word(e.kind);
             let same = |k: &&mut Known| {
-                k.ep.domain == e.domain
-                    && k.ep.container_id == e.container_id
-                    && k.ep.kind == kind
-                    && (e.start_ns <= k.ep.end_ns + BUCKET_NS && k.ep.start_ns <= e.end_ns + BUCKET_NS)
+                let x = &k.ep.episode;
+                x.domain == e.domain
+                    && x.container_id == e.container_id
+                    && x.kind == e.kind
+                    && (e.start_ns <= x.end_ns + BUCKET_NS && x.start_ns <= e.end_ns + BUCKET_NS)
             };
-            let victims: Vec<LiveVictim> = e
-                .victims
-                .iter()
-                .map(|v| LiveVictim {
-                    container_id: v.container_id.clone(),
-                    container_name: v.container_name.clone(),
-                    occupancy_before_bytes: v.occupancy_before_bytes,
-                    occupancy_lost_bytes: v.occupancy_lost_bytes,
-                    ipc_before: v.ipc_before,
-                    ipc_during: v.ipc_during,
-                })
-                .collect();
             match self.known.iter_mut().find(same) {
                 Some(k) => {
                     // The same rise, seen again a second later: it may have gone on.
-                    if e.end_ns > k.ep.end_ns {
-                        k.ep.end_ns = e.end_ns;
-                        k.ep.occupancy_after_bytes = e.occupancy_after_bytes;
-                        k.ep.bandwidth_during_bytes_per_sec = e.bandwidth_during_bytes_per_sec;
+                    let x = &mut k.ep.episode;
+                    if e.end_ns > x.end_ns {
+                        x.end_ns = e.end_ns;
+                        x.occupancy_after_bytes = e.occupancy_after_bytes;
+                        x.bandwidth_during_bytes_per_sec = e.bandwidth_during_bytes_per_sec;
                     }
-                    for v in victims {
-                        if !k.ep.victims.iter().any(|x| x.container_id == v.container_id) {
-                            k.ep.victims.push(v);
+                    for v in e.victims {
+                        if !x.victims.iter().any(|y| y.container_id == v.container_id) {
+                            x.victims.push(v);
                         }
                     }
                 }
                 None => {
-                    let ep = LiveEpisode {
-                        domain: e.domain,
-                        kind,
-                        start_ns: e.start_ns,
-                        end_ns: e.end_ns,
-                        detected_ns: now,
-                        container_id: e.container_id.clone(),
-                        container_name: e.container_name.clone(),
-                        occupancy_before_bytes: e.occupancy_before_bytes,
-                        occupancy_after_bytes: e.occupancy_after_bytes,
-                        bandwidth_before_bytes_per_sec: e.bandwidth_before_bytes_per_sec,
-                        bandwidth_during_bytes_per_sec: e.bandwidth_during_bytes_per_sec,
-                        victims,
-                    };
                     *board.totals.entry(e.domain).or_default() += 1;
+                    let ep = LiveEpisode { episode: e, detected_ns: now };
                     board.log(Event { event: "start", time_ns: now, episode: ep.clone() });
                     self.known.push(Known { ep, active: true });
                 }
             }
         }
         for k in &mut self.known {
-            if k.active && k.ep.end_ns + HOLD_NS <= now {
+            if k.active && k.ep.episode.end_ns + HOLD_NS <= now {
                 k.active = false;
                 board.log(Event { event: "end", time_ns: now, episode: k.ep.clone() });
             }
         }
         // Ended episodes are kept while the window can still show their rise (so a later
         // pass does not report it again).
-        self.known.retain(|k| k.active || k.ep.end_ns + BUCKET_NS >= window_start);
+        self.known.retain(|k| k.active || k.ep.episode.end_ns + BUCKET_NS >= window_start);
         board.active = self.known.iter().filter(|k| k.active).map(|k| k.ep.clone()).collect();
     }
 
@@ -342,25 +311,6 @@ impl LiveFinder {
         }
         board.active.clear();
     }
-}
-
-/// The board's episodes from the start, each once (its last state), for comparison with a
-/// report of the same run.
-pub fn episodes_of(board: &Board) -> Vec<LiveEpisode> {
-    let (events, _) = board.events_since(0);
-    let mut out: Vec<LiveEpisode> = Vec::new();
-    for e in events {
-        match out.iter_mut().find(|x| {
-            x.domain == e.episode.domain
-                && x.container_id == e.episode.container_id
-                && x.kind == e.episode.kind
-                && x.start_ns == e.episode.start_ns
-        }) {
-            Some(x) => *x = e.episode,
-            None => out.push(e.episode),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -420,13 +370,13 @@ mod tests {
         let (events, _) = b.events_since(0);
         let kinds: Vec<&str> = events.iter().map(|e| e.event).collect();
         assert_eq!(kinds, ["start", "end"], "{events:#?}");
-        let e = &events[0].episode;
-        assert_eq!((e.container_name.as_str(), e.kind, e.victims.len()), ("noisy", "occupancy", 1));
+        let (e, detected_ns) = (&events[0].episode.episode, events[0].episode.detected_ns);
+        assert_eq!((e.container_name.as_str(), e.kind.word(), e.victims.len()), ("noisy", "occupancy", 1));
         assert_eq!(e.victims[0].container_name, "web");
         assert_eq!(b.totals.get(&0), Some(&1));
         let start_s = (e.start_ns - T0) as f64 / 1e9;
         assert!((2.9..=3.1).contains(&start_s), "{start_s}");
-        let latency = (e.detected_ns - e.start_ns) as f64 / 1e9;
+        let latency = (detected_ns - e.start_ns) as f64 / 1e9;
         assert!(latency > 0.0 && latency <= 1.3, "{latency}");
         // Active from its detection to 15 s after its rise (3.2 s): ended by 19 s.
         let active: Vec<i64> = active_at.iter().filter(|(_, n)| *n > 0).map(|(s, _)| *s).collect();

@@ -12,36 +12,68 @@ use std::sync::{Arc, Mutex};
 /// victim, and a run must not grow the page without bound. Older ones are dropped and counted.
 pub const MAX_ACTIVE_SERIES: usize = 32;
 
-/// A victim: a neighbour in the same L3 domain that lost occupancy or IPC.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The aggressor's occupancy rose.
+    Occupancy,
+    /// The aggressor's memory bandwidth rose.
+    Bandwidth,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LiveVictim {
+pub struct Victim {
     pub container_id: String,
     pub container_name: String,
     pub occupancy_before_bytes: Option<f64>,
+    /// Occupancy lost over the episode (negative: gained).
     pub occupancy_lost_bytes: Option<f64>,
     pub ipc_before: Option<f64>,
     pub ipc_during: Option<f64>,
 }
 
-/// One episode, as known now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LiveEpisode {
+pub struct Episode {
     pub domain: i32,
-    /// `occupancy` or `bandwidth`: what of the aggressor rose.
-    pub kind: &'static str,
-    /// CLOCK_REALTIME ns: where its rise began and its last rising (or holding) bucket ended.
+    pub kind: Kind,
+    /// CLOCK_REALTIME ns.
     pub start_ns: i64,
     pub end_ns: i64,
-    /// The data time at which the finder first reported it (its detection latency is
-    /// `detected_ns - start_ns`).
-    pub detected_ns: i64,
     pub container_id: String,
     pub container_name: String,
     pub occupancy_before_bytes: Option<f64>,
     pub occupancy_after_bytes: Option<f64>,
+    /// Mean bandwidth over the episode and over as long before it, bytes/s.
     pub bandwidth_before_bytes_per_sec: Option<f64>,
     pub bandwidth_during_bytes_per_sec: Option<f64>,
-    pub victims: Vec<LiveVictim>,
+    pub victims: Vec<Victim>,
+}
+
+impl Episode {
+    /// When it started and ended, in seconds from `t0` (CLOCK_REALTIME ns, the run's start).
+    pub fn seconds_from(&self, t0: i64) -> (f64, f64) {
+        ((self.start_ns - t0) as f64 / 1e9, (self.end_ns - t0) as f64 / 1e9)
+    }
+}
+
+impl Kind {
+    /// Its word, as in JSON and labels.
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Occupancy => "occupancy",
+            Kind::Bandwidth => "bandwidth",
+        }
+    }
+}
+
+/// One episode as the live finder knows it now: the report's episode, and when it was first
+/// reported (its detection latency is `detected_ns - start_ns`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LiveEpisode {
+    #[serde(flatten)]
+    pub episode: Episode,
+    /// The data time at which the finder first reported it.
+    pub detected_ns: i64,
 }
 
 /// A change, for logs: an episode started (first found) or ended.
@@ -110,8 +142,8 @@ impl Board {
             o,
             "# HELP {a} 1 while a noisy-neighbour episode is active: the aggressor's occupancy or bandwidth rose and the victim in the same L3 domain lost occupancy or IPC.\n# TYPE {a} gauge"
         );
-        let pairs: Vec<(&LiveEpisode, &LiveVictim)> =
-            self.active.iter().flat_map(|e| e.victims.iter().map(move |v| (e, v))).collect();
+        let pairs: Vec<(&Episode, &Victim)> =
+            self.active.iter().flat_map(|e| e.episode.victims.iter().map(move |v| (&e.episode, v))).collect();
         let cut = pairs.len().saturating_sub(MAX_ACTIVE_SERIES);
         for (e, v) in &pairs[cut..] {
             let _ = writeln!(
@@ -120,7 +152,7 @@ impl Board {
                 e.domain,
                 crate::prom::escape(label(&e.container_name, &e.container_id)),
                 crate::prom::escape(label(&v.container_name, &v.container_id)),
-                e.kind
+                e.kind.word()
             );
         }
         let d = "cachescope_noisy_neighbour_active_dropped";

@@ -30,8 +30,8 @@ use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMe
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 pub use recorder::Recorder;
-use recover::{final_path, footer_path, new_file, rename_unique, sync_dir, Cause, Journal, PARTIAL};
-pub use recover::{recover_dir, recover_file, Recovery, UNRECOVERABLE};
+use recover::{final_path, footer_path, rename_unique, sync_dir, Cause, Journal, PARTIAL};
+pub use recover::{new_file, recover_dir, recover_file, Recovery, UNRECOVERABLE};
 pub use schema::{schema, to_batch, Provenance, PMU_LOST, SCHEMA_VERSION};
 use std::collections::VecDeque;
 use std::fs::{self, File};

@@ -30,7 +30,7 @@ pub struct Frame {
     /// What the run follows ("Docker, containerd, ... containers"), said while there is none.
     pub following: String,
     /// Noisy-neighbour episodes active now (the live finder's).
-    pub episodes: Vec<cachescope_sinks::noisy::LiveEpisode>,
+    pub episodes: Vec<cachescope_sinks::noisy::Episode>,
     pub rows: Vec<ViewRow>,
 }
 
@@ -447,7 +447,7 @@ const VICTIM: char = '▼';
 
 /// Each container of an active episode and its mark: ▲ the aggressor, ▼ a victim (an
 /// aggressor in one episode and a victim in another is shown as the aggressor).
-fn marks(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> std::collections::HashMap<&str, char> {
+fn marks(eps: &[cachescope_sinks::noisy::Episode]) -> std::collections::HashMap<&str, char> {
     let mut m = std::collections::HashMap::new();
     for e in eps {
         for v in &e.victims {
@@ -462,13 +462,15 @@ fn marks(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> std::collections::Hash
 
 /// The active episodes, newest first, at most three lines and a count of the rest: who rose,
 /// by what, since when, and who lost what.
-fn episode_lines(eps: &[cachescope_sinks::noisy::LiveEpisode]) -> Vec<String> {
+fn episode_lines(eps: &[cachescope_sinks::noisy::Episode]) -> Vec<String> {
     let mut out = Vec::new();
     for e in eps.iter().rev().take(3) {
         let since = cachescope_report::html::utc(e.start_ns);
         let since = since.get(11..21).unwrap_or(&since);
         let what = match (e.kind, e.occupancy_before_bytes, e.occupancy_after_bytes) {
-            ("occupancy", Some(a), Some(b)) => format!("occupancy {} → {} MiB", mib(a as u64), mib(b as u64)),
+            (cachescope_sinks::noisy::Kind::Occupancy, Some(a), Some(b)) => {
+                format!("occupancy {} → {} MiB", mib(a as u64), mib(b as u64))
+            }
             _ => format!(
                 "bandwidth {} → {} MB/s",
                 e.bandwidth_before_bytes_per_sec.map_or("-".into(), |b| format!("{:.0}", b / 1e6)),

@@ -361,7 +361,7 @@ pub(super) fn open_regular(path: &Path, write: bool) -> std::io::Result<File> {
 
 /// A file of ours, made now (`exclusive`: only if none is there), 0640 whatever the umask,
 /// never through a symlink.
-pub(super) fn new_file(path: &Path, exclusive: bool) -> std::io::Result<File> {
+pub fn new_file(path: &Path, exclusive: bool) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut o = OpenOptions::new();
     o.read(true).write(true).mode(0o640).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);

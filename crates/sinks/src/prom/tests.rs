@@ -200,12 +200,11 @@ fn a_container_without_a_cgroup_has_no_cadvisor_id() {
 }
 
 fn episode(aggressor: &str, victims: &[&str]) -> crate::noisy::LiveEpisode {
-    crate::noisy::LiveEpisode {
+    let episode = crate::noisy::Episode {
         domain: 0,
-        kind: "occupancy",
+        kind: crate::noisy::Kind::Occupancy,
         start_ns: 1,
         end_ns: 2,
-        detected_ns: 3,
         container_id: format!("{aggressor}-id"),
         container_name: aggressor.into(),
         occupancy_before_bytes: Some(0.0),
@@ -214,7 +213,7 @@ fn episode(aggressor: &str, victims: &[&str]) -> crate::noisy::LiveEpisode {
         bandwidth_during_bytes_per_sec: None,
         victims: victims
             .iter()
-            .map(|v| crate::noisy::LiveVictim {
+            .map(|v| crate::noisy::Victim {
                 container_id: format!("{v}-id"),
                 container_name: v.to_string(),
                 occupancy_before_bytes: Some(8e6),
@@ -223,7 +222,8 @@ fn episode(aggressor: &str, victims: &[&str]) -> crate::noisy::LiveEpisode {
                 ipc_during: None,
             })
             .collect(),
-    }
+    };
+    crate::noisy::LiveEpisode { episode, detected_ns: 3 }
 }
 
 /// The live finder's episodes on the page: one series per active (aggressor, victim), at

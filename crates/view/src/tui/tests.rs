@@ -219,7 +219,7 @@ fn no_container_says_what_was_looked_for_and_how_to_widen_it() {
 #[test]
 fn an_active_episode_is_named_and_its_containers_marked() {
     let mut fr = frame(12);
-    let victim = |id: &str, name: &str| cachescope_sinks::noisy::LiveVictim {
+    let victim = |id: &str, name: &str| cachescope_sinks::noisy::Victim {
         container_id: id.into(),
         container_name: name.into(),
         occupancy_before_bytes: Some(12.0 * 1048576.0),
@@ -227,12 +227,11 @@ fn an_active_episode_is_named_and_its_containers_marked() {
         ipc_before: None,
         ipc_during: None,
     };
-    fr.episodes.push(cachescope_sinks::noisy::LiveEpisode {
+    fr.episodes.push(cachescope_sinks::noisy::Episode {
         domain: 0,
-        kind: "occupancy",
+        kind: cachescope_sinks::noisy::Kind::Occupancy,
         start_ns: 1_795_489_650_250_000_000,
         end_ns: 1_795_489_650_500_000_000,
-        detected_ns: 1_795_489_651_000_000_000,
         container_id: "c02".into(),
         container_name: "svc-02".into(),
         occupancy_before_bytes: Some(0.0),
