@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Everything the collector costs, as root (issue 24): for each path this host has and for 10,
-# 100 and 1,000 containers at 1 ms, `cachescope record` for SECONDS (default 10), RUNS times
-# (default 3), medians of:
+# Everything the collector costs, as root (issues 24 and 42): for each path and each count of
+# followed cgroups (two of them busy, spinning one per CPU of our 2-CPU machines; one when
+# only one is followed; the rest hold one sleeping process each), `cachescope record` at 1 ms
+# for SECONDS (default 10), RUNS times (default 3), medians of:
 #   proc %   the process's own CPU (user + system) in % of one core
 #   ebpf %   its eBPF programs' CPU in the kernel (kernel.bpf_stats_enabled on for the run:
 #            program run time, plus the tick timers, which the kernel does not count)
 #   whole %  their sum
 #   RSS MB   peak resident memory
 #   MB/h     bytes written per hour (Parquet, sparse)
-#   over %   share of intervals that read only part of the containers (overload)
-# Paths: `none` (eBPF PMU columns on real cgroups), `emu-host` (the emulated RDT platform
-# driven by those cgroups' measured CPU time, --emulate) and `emu-scenario` (a scenario of
-# emulated containers: no processes, so no eBPF; scripts/many-containers.sh). The real cgroups
-# each hold one sleeping process, except two that spin (one per CPU of our 2-CPU machines).
+#   late %   wake-ups missed: the share of the run's 50 ms wake-ups that came a whole wake-up
+#            or more late (the timerfd's missed expirations), so their intervals were worked
+#            through late; plus intervals whose reads the budget cut (overload), where it applies
+#   read %   container-intervals read of those followed (quiet intervals read who ran, the new,
+#            the stopping and a keyframe share: docs/cost.md)
+# Paths (PATHS, default "none emu-host"): `none` (eBPF PMU columns on real cgroups),
+# `emu-host` (the emulated RDT platform driven by those cgroups' measured CPU time,
+# --emulate), `every-cpu` (`none` with CACHESCOPE_BPF_TICKS=every-cpu), `emu-scenario` (a
+# scenario of emulated containers: no processes, so no eBPF, and every container read every
+# interval; scripts/many-containers.sh) and `resctrl-emu` (the resctrl backend on the emulated
+# filesystem over FUSE, playing that scenario as real cgroups at its 100 ms default: the
+# scenario's traffic moves every group's counters, so every group is read).
 # The kernel module's cost is measured in its QEMU guest by scripts/bench-kmod.sh.
+#
+# Then (COLLECTOR=1, the default) the same comparison against unvariance/collector, the best
+# open collector we know (built from its pinned source by scripts/lib/collector.sh): at 1, 2
+# and 100 followed cgroups (COLLECTOR_SIZES), RUNS alternating pairs of SECONDS each, whole
+# cost of each (process + its eBPF programs) and their ratio.
 #
 # Then the eBPF ticks against CPU count: QEMU/TCG guests (Debian's kernel) with VCPUS vCPUs
 # (default "2 16 64"), idle but for one followed busy container, 5 s per tick mode:
@@ -22,22 +35,22 @@
 # emulated), so runs per second are the comparable figure there; every-cpu is skipped above
 # 16 vCPUs, where TCG cannot deliver its ticks.
 #
-# Usage: scripts/bench-cost.sh [SECONDS [RUNS]]; CONTAINERS="10 100" and VCPUS="2 16" narrow
-# it, VCPUS="" skips the guests; CACHESCOPE=PATH measures that binary instead of this tree's
-# release build (an older one says nothing of its eBPF time: its column reads 0, and it has no
-# CACHESCOPE_BPF_TICKS: its every-CPU row is its only mode).
+# Usage: scripts/bench-cost.sh [SECONDS [RUNS]]; CONTAINERS="1 2 100 1000 10000" (default),
+# PATHS, COLLECTOR=0 and VCPUS="" (skips the guests) narrow it; CACHESCOPE=PATH measures
+# that binary instead of this tree's release build (an older one says nothing of its eBPF
+# time: its column reads 0; nor of its reads: read % is blank).
 set -euo pipefail
 secs=${1:-10}
 runs=${2:-3}
-sizes=${CONTAINERS:-10 100 1000}
+sizes=${CONTAINERS:-1 2 100 1000 10000}
+paths=${PATHS:-none emu-host}
 vcpus=${VCPUS-2 16 64}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-cost.sh: run as root (cgroups, eBPF)" >&2; exit 2; }
 if [ -n "${CACHESCOPE:-}" ]; then
   bin=$(realpath "$CACHESCOPE")
 else
-  cargo build --release --locked -q -p cachescope
-  bin=$PWD/target/release/cachescope
+  bin=$(scripts/build.sh)/cachescope
 fi
 cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$cg" ] || { echo "bench-cost.sh: no cgroup v2 mounted" >&2; exit 2; }
@@ -63,7 +76,7 @@ have=0
 cgroups() {
   mkdir -p "$base"
   while [ "$have" -lt "$1" ]; do
-    d=$base/c$(printf %04d "$have")
+    d=$base/c$(printf %05d "$have")
     mkdir "$d"
     if [ "$have" -lt 2 ]; then
       # shellcheck disable=SC2016 # $$ is the child's
@@ -79,11 +92,12 @@ cgroups() {
   sleep 1
 }
 
-# One run: prints "proc ebpf rss_mb mb_per_hour over" (percentages of one core, %).
+# One run: prints "proc ebpf rss_mb mb_per_hour late read" (percentages; read is - when the
+# binary does not say).
 measure() {
   local out=$work/rec err=$work/err
   rm -rf "$out"
-  /usr/bin/time -f 'TIME %e %U %S %M' "$bin" record "$@" --interval 1ms --duration "${secs}s" \
+  /usr/bin/time -f 'TIME %e %U %S %M' "$bin" record "$@" --interval "${interval:-1ms}" --duration "${secs}s" \
     --output "$out" >/dev/null 2>"$err" || { cat "$err" >&2; return 1; }
   local bytes
   bytes=$(du -cb "$out"/*.parquet | tail -1 | cut -f1)
@@ -91,12 +105,18 @@ measure() {
     /^TIME / { wall = $2; cpu = $3 + $4; rss = $5 / 1024 }
     /eBPF CPU time: [0-9.]+ s/ { for (i = 1; i <= NF; i++) if ($i == "time:") ebpf = $(i + 1) }
     /eBPF CPU time: tick timers/ { for (i = 1; i <= NF; i++) if ($i == "timers") ebpf = $(i + 1) }
+    / ticks, lateness / {
+      for (i = 1; i <= NF; i++) { if ($i == "ticks,") ticks = $(i - 1); if ($i == "missed") missed = $(i - 1) }
+    }
     /overloaded: [0-9]+ of [0-9]+ intervals/ {
       for (i = 1; i <= NF; i++) if ($i == "overloaded:") { part = $(i + 1); all = $(i + 3) }
     }
+    /container-intervals/ { for (i = 1; i <= NF; i++) if ($i == "read") { r = $(i + 1); f = $(i + 3) } }
     END {
-      printf "%.2f %.2f %.1f %.2f %.2f\n", 100 * cpu / wall, 100 * ebpf / wall, rss,
-        bytes / secs * 3600 / 1e6, all ? 100 * part / all : 0
+      late = ticks + missed ? 100 * missed / (ticks + missed) : 0
+      if (all) late += 100 * part / all
+      printf "%.2f %.2f %.1f %.2f %.2f %s\n", 100 * cpu / wall, 100 * ebpf / wall, rss,
+        bytes / secs * 3600 / 1e6, late, f ? sprintf("%.2f", 100 * r / f) : "-"
     }' "$err"
 }
 
@@ -108,22 +128,66 @@ row() {
   shift 2
   : >"$work/runs"
   for _ in $(seq "$runs"); do measure "$@" >>"$work/runs"; done
-  local c
+  local c read
+  read=$(cut -d' ' -f6 "$work/runs" | grep -v -- - | median || true)
   for c in 1 2 3 4 5; do cut -d' ' -f"$c" "$work/runs" | median; done | paste -sd' ' |
-    awk -v l="$label" -v n="$n" '{ printf "%-22s %6d %7.2f %7.2f %8.2f %7.1f %8.2f %7.2f\n", l, n, $1, $2, $1 + $2, $3, $4, $5 }'
+    awk -v l="$label" -v n="$n" -v r="${read:--}" \
+      '{ printf "%-14s %6d %7.2f %7.2f %8.2f %7.1f %8.2f %7.2f %7s\n", l, n, $1, $2, $1 + $2, $3, $4, $5, r }'
 }
 
 echo "cachescope record at 1 ms, ${secs} s per run, median of ${runs} runs ($(nproc) CPUs, $(uname -r))"
-printf "%-22s %6s %7s %7s %8s %7s %8s %7s\n" path containers "proc %" "ebpf %" "whole %" "RSS MB" "MB/h" "over %"
+printf "%-14s %6s %7s %7s %8s %7s %8s %7s %7s\n" path cgroups "proc %" "ebpf %" "whole %" "RSS MB" "MB/h" "late %" "read %"
 for n in $sizes; do
   cgroups "$n"
   sel="cachescope-bench-$$/*"
-  row "none" "$n" --backend none --containers "$sel"
-  CACHESCOPE_BPF_TICKS=every-cpu row "none, ticks every CPU" "$n" --backend none --containers "$sel"
-  row "emu-host" "$n" --emulate intel-xeon-platinum-8160 --containers "$sel"
-  scripts/many-containers.sh "$n" >"$work/s.toml"
-  row "emu-scenario" "$n" --scenario "$work/s.toml"
+  for p in $paths; do
+    case $p in
+      none) row none "$n" --backend none --containers "$sel" ;;
+      every-cpu) CACHESCOPE_BPF_TICKS=every-cpu row every-cpu "$n" --backend none --containers "$sel" ;;
+      emu-host) row emu-host "$n" --emulate intel-xeon-platinum-8160 --containers "$sel" ;;
+      emu-scenario)
+        scripts/many-containers.sh "$n" >"$work/s.toml"
+        row emu-scenario "$n" --scenario "$work/s.toml"
+        ;;
+      resctrl-emu)
+        scripts/many-containers.sh "$n" >"$work/s.toml"
+        interval=100ms row resctrl-emu "$n" --backend resctrl --emulate intel-xeon-platinum-8160 --scenario "$work/s.toml"
+        ;;
+      *) echo "bench-cost.sh: unknown path $p (none, every-cpu, emu-host, emu-scenario, resctrl-emu)" >&2; exit 2 ;;
+    esac
+  done
 done
+
+if [ "${COLLECTOR:-1}" != 0 ]; then
+  # shellcheck source=scripts/lib/collector.sh
+  . scripts/lib/collector.sh
+  collector_describe() { echo "commit ${COLLECTOR_COMMIT:0:7}, built with the local changes scripts/lib/collector.sh lists"; }
+  # One run of SECS: its whole cost, % of one core (user + system + its eBPF programs).
+  collector_measure() {
+    rm -rf "$2"
+    COLLECTOR_BPF_STATS=1 collector_run "$1" "$2" >/dev/null || return 1
+    awk -v bpf="$(cat "$2/bpf_run_time_ns" 2>/dev/null || echo 0)" \
+      '{ printf "%.2f\n", 100 * ($2 + $3) / $1 + 100 * bpf / 1e9 / $1 }' "$2/time.txt"
+  }
+  collector_build >/dev/null
+  echo
+  echo "against unvariance/collector ($(collector_describe)): ${runs} alternating pairs of ${secs} s, whole % medians"
+  printf "%-8s %16s %16s %7s\n" cgroups "cachescope %" "collector %" ratio
+  for n in ${COLLECTOR_SIZES:-1 2 100}; do
+    # The first n of the cgroups made above (they are kept), two busy.
+    sel=$(for i in $(seq 0 $((n - 1))); do printf '%s/c%05d,' "cachescope-bench-$$" "$i"; done)
+    [ "$have" -ge "$n" ] || cgroups "$n"
+    : >"$work/pairs"
+    for _ in $(seq "$runs"); do
+      ours=$(measure --backend none --containers "${sel%,}" | awk '{ print $1 + $2 }')
+      theirs=$(collector_measure "$secs" "$work/collector")
+      echo "$ours $theirs" >>"$work/pairs"
+    done
+    o=$(cut -d' ' -f1 "$work/pairs" | median)
+    t=$(cut -d' ' -f2 "$work/pairs" | median)
+    awk -v n="$n" -v o="$o" -v t="$t" 'BEGIN { printf "%-8d %16.2f %16.2f %7.3f\n", n, o, t, t > 0 ? o / t : 0 }'
+  done
+fi
 
 [ -n "$vcpus" ] || exit 0
 echo

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{have, release_bin, repo};
+use common::{have, release_bin, release_example, repo};
 use std::process::Command;
 
 #[test]
@@ -56,4 +56,55 @@ fn the_hot_path_costs_no_more_instructions_than_recorded() {
         "the hot path costs {got} instructions, {:.0} % over the recorded {baseline}",
         (ratio - 1.0) * 100.0
     );
+}
+
+/// Instructions of `cmd` under callgrind (every thread), and what it wrote to stderr.
+fn callgrind(cmd: &mut Command) -> u64 {
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // "==PID== Collected : N": instructions executed, every thread.
+    err.lines()
+        .find_map(|l| l.split("Collected : ").nth(1))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no instruction count: {err}"))
+}
+
+/// Cost follows activity (issue 42): 1,000 followed containers for 1 s at 1 ms, once with
+/// none of them running and once with all of them running (examples/interval_cost.rs: the
+/// engine and the recorder on the `none` path, a stand-in for eBPF's slots), each against
+/// its count in tests/data/interval-instructions.txt: more than 20 % over it fails. The idle
+/// case is what quiet intervals buy (each interval reads who ran and a keyframe share); the
+/// busy case is the per-row path, which they must not make dearer.
+#[test]
+fn an_interval_costs_what_ran_in_it_no_more_instructions_than_recorded() {
+    if !have("valgrind") {
+        cachescope_testkit::skip("needs valgrind (scripts/setup.sh installs it)");
+        return;
+    }
+    let bin = release_example("interval_cost");
+    let file = repo().join("crates/cli/tests/data/interval-instructions.txt");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let recorded = |kind: &str| -> u64 {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| l.strip_prefix(kind).and_then(|n| n.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no count for {kind} in {}", file.display()))
+    };
+    let mut over = Vec::new();
+    for kind in ["idle", "busy"] {
+        let got = callgrind(
+            Command::new("valgrind")
+                .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+                .arg(&bin)
+                .args([kind, "1000", "1"]),
+        );
+        let base = recorded(kind);
+        let ratio = got as f64 / base as f64;
+        println!("{kind}: 1,000 containers × 1,000 intervals: {got} instructions, {ratio:.3} of the recorded {base}");
+        if ratio > 1.2 {
+            over.push(format!("{kind}: {got} instructions, {:.0} % over the recorded {base}", (ratio - 1.0) * 100.0));
+        }
+    }
+    assert!(over.is_empty(), "{}", over.join("; "));
 }

@@ -175,6 +175,21 @@ fn a_thousand_containers_at_1ms_on_the_none_and_emulated_paths() {
         // run's own account, is at most MAX_GROUPS intervals...
         let least = over.map_or(INTERVAL, |o| o.2);
         assert!(least <= INTERVAL * MAX_GROUPS as u32, "{path}: a container waited {least:?}: {err}");
+        // Quiet intervals (issue 42): with CPU time counted, an interval reads who ran, the
+        // new and a keyframe share, so an idle container's row spans up to its keyframe
+        // period, and the reads are about one busy container's and one keyframe per interval
+        // (a count, whatever the host's load): under 1 % of the 10 million followed.
+        let quiet = err.lines().find(|l| l.contains("container-intervals"));
+        let least = match quiet {
+            Some(l) => {
+                let n: Vec<u64> = l.split(' ').filter_map(|w| w.parse().ok()).collect();
+                let (read, followed) = (n[0], n[1]);
+                println!("{path}: {l}");
+                assert!(read * 100 < followed, "{path}: {l}");
+                least + cachescope_engine::quiet::KEYFRAME
+            }
+            None => least,
+        };
         // ...which its rows bear out: each of ours has rows from the run's first interval on,
         // no row spans more (its interval is the time since its previous read), and it has a
         // row at least once a second (a keyframe) to the run's end.

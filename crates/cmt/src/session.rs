@@ -5,7 +5,7 @@
 //! held in limbo until their occupancy has decayed.
 
 use crate::{Caps, CorePinning, ReadError, Reader, Reading};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Read, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_engine::{PartError, PartResult};
@@ -233,9 +233,10 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
+    fn collect(&mut self, now: Duration, read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult {
         let has_occ = self.reader.caps().events.contains(&Event::L3Occupancy);
-        for a in self.attached.values().filter(|a| read(&a.meta.id)) {
+        let attached = std::mem::take(&mut self.attached);
+        let done = read.each(&attached, |_, a| {
             for &d in &a.domains {
                 let occ = if has_occ {
                     Some(self.reader.read(d, a.rmid, Event::L3Occupancy).map_err(read_err)?)
@@ -260,8 +261,10 @@ impl<D: MsrDevice + Clone> CacheBackend for MsrBackend<D> {
                     mbm_counter: None,
                 });
             }
-        }
-        Ok(())
+            Ok(())
+        });
+        self.attached = attached;
+        done
     }
 
     fn upkeep(&mut self, now: Duration, _: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {

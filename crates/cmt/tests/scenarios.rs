@@ -129,7 +129,7 @@ fn mbm_total_equals_bandwidth_times_time_across_wraps() {
     let mut derive = Derive::new(info.mbm_width, info.mbm_unit, 0);
     let mut raw = Vec::new();
     let mut rows = |b: &mut MsrBackend<Arc<EmuPlatform>>, now| {
-        b.collect(now, &|_| true, &mut raw).unwrap();
+        b.collect(now, cachescope_engine::Read::All, &mut raw).unwrap();
         raw.drain(..).map(|s| derive.row(s, Duration::ZERO)).filter(|r| r.domain == 1).collect::<Vec<_>>()
     };
     let (mut total, mut local) = (0u64, 0u64);
@@ -272,7 +272,7 @@ fn core_groups_through_the_backend_restore_on_shutdown() {
     assert_eq!(p.read(0, IA32_PQR_ASSOC).unwrap(), (2 << 32) | u64::from(rmid));
     p.advance(Duration::from_millis(500));
     let mut raw = Vec::new();
-    b.collect(p.now(), &|_| true, &mut raw).unwrap();
+    b.collect(p.now(), cachescope_engine::Read::All, &mut raw).unwrap();
     assert_eq!(raw.len(), 1, "one domain: the group's cores are all in domain 0");
     let occ = raw[0].occupancy_bytes.unwrap() as f64;
     assert!((occ - 8.0 * MIB).abs() < 0.03 * 8.0 * MIB, "{occ}");

@@ -5,7 +5,7 @@
 
 use crate::{EmuPlatform, Scenario};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
-use cachescope_engine::pmu::Totals;
+use cachescope_engine::pmu::Ran;
 use cachescope_engine::world::World;
 use cachescope_engine::ContainerMeta;
 use cachescope_engine::PartResult;
@@ -78,7 +78,7 @@ impl ContainerSource for ScenarioContainers {
 pub struct ScenarioWorld(pub Arc<EmuPlatform>);
 
 impl World for ScenarioWorld {
-    fn advance(&mut self, to: Duration, _: &mut dyn FnMut(&str, u32) -> Totals) {
+    fn advance(&mut self, to: Duration, _: &[Ran]) {
         self.0.advance_to(to);
     }
 
@@ -104,6 +104,8 @@ pub struct DrivenWorld {
     /// Followed containers and the rate last set for each emulated domain: only a change is
     /// passed on (of 1,000 containers most are idle, and each call takes the platform's lock).
     followed: BTreeMap<String, Vec<f64>>,
+    /// The followed containers whose rate is not 0 in some domain.
+    moving: std::collections::BTreeSet<String>,
     last: Duration,
 }
 
@@ -111,7 +113,14 @@ impl DrivenWorld {
     /// `domains`: the domain ids the PMU source reports, one per emulated domain (index);
     /// `misses`: whether LLC misses are counted (else CPU time stands in).
     pub fn new(emu: Arc<EmuPlatform>, domains: Vec<u32>, misses: bool) -> DrivenWorld {
-        DrivenWorld { emu, domains, misses, followed: BTreeMap::new(), last: Duration::ZERO }
+        DrivenWorld {
+            emu,
+            domains,
+            misses,
+            followed: BTreeMap::new(),
+            moving: Default::default(),
+            last: Duration::ZERO,
+        }
     }
 
     /// What drives it, in words (header, stderr, file metadata).
@@ -136,30 +145,52 @@ impl World for DrivenWorld {
     }
 
     fn stopped(&mut self, id: &str) {
+        self.moving.remove(id);
         if self.followed.remove(id).is_some() {
             self.emu.stop_driven(id);
         }
     }
 
-    fn advance(&mut self, to: Duration, measured: &mut dyn FnMut(&str, u32) -> Totals) {
+    fn advance(&mut self, to: Duration, ran: &[Ran]) {
         let secs = to.saturating_sub(self.last).as_secs_f64().max(1e-6);
+        // This step's rate of each container that ran, per emulated domain; every other
+        // container moved nothing. Only what changed is passed on: the work follows the
+        // containers that ran, and those that stopped running (`moving`), not all followed.
+        let mut now: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for r in ran {
+            let Some(i) = self.domains.iter().position(|&d| d == r.domain) else { continue };
+            if !self.followed.contains_key(&*r.id) {
+                continue;
+            }
+            let bytes = if self.misses {
+                r.totals.values[3] as f64 * LINE_BYTES
+            } else {
+                r.totals.cpu_ns as f64 / 1e9 * BYTES_PER_CPU_SECOND
+            };
+            now.entry(&*r.id).or_insert_with(|| vec![0.0; self.domains.len()])[i] += bytes / secs;
+        }
         let mut changed = Vec::new();
-        for (id, rates) in self.followed.iter_mut() {
-            for ((i, &d), set) in self.domains.iter().enumerate().zip(rates.iter_mut()) {
-                let t = measured(id, d);
-                let bytes = if self.misses {
-                    t.values[3] as f64 * LINE_BYTES
-                } else {
-                    t.cpu_ns as f64 / 1e9 * BYTES_PER_CPU_SECOND
-                };
-                let rate = bytes / secs;
+        let zero = vec![0.0; self.domains.len()];
+        let mut moving = std::mem::take(&mut self.moving);
+        for id in moving.iter().map(String::as_str).filter(|id| !now.contains_key(id)).chain(now.keys().copied()) {
+            let Some(set) = self.followed.get_mut(id) else { continue };
+            let rates = now.get(id).unwrap_or(&zero);
+            for (i, (set, &rate)) in set.iter_mut().zip(rates).enumerate() {
                 if rate != *set {
                     *set = rate;
-                    changed.push((id.as_str(), i as u32, rate));
+                    changed.push((id, i as u32, rate));
                 }
             }
         }
         self.emu.set_rates(&changed);
+        drop(changed);
+        moving.retain(|id| now.contains_key(id.as_str()));
+        for id in now.keys() {
+            if !moving.contains(*id) {
+                moving.insert(id.to_string());
+            }
+        }
+        self.moving = moving;
         self.emu.advance_to(to);
         self.last = to;
     }

@@ -49,6 +49,10 @@ pub struct BackendInfo {
     pub emulated: Option<String>,
     /// How often [`CacheBackend::upkeep`] and the RMID policy run.
     pub upkeep_every: Duration,
+    /// Its values can move while a container's tasks do not run (an emulated scenario's
+    /// traffic, not its processes'): every container is read at every interval, never only
+    /// those that ran ([`crate::quiet`]).
+    pub moves_without_tasks: bool,
     /// Further file metadata.
     pub metadata: Vec<(String, String)>,
 }
@@ -69,6 +73,7 @@ impl BackendInfo {
             sampling: Sampling::Virtual,
             emulated: None,
             upkeep_every: Duration::from_millis(100),
+            moves_without_tasks: false,
             metadata: Vec::new(),
         }
     }
@@ -173,6 +178,55 @@ pub struct SlotCounts {
     pub limbo: Option<u64>,
 }
 
+/// Which containers a [`CacheBackend::collect`] reads.
+#[derive(Clone, Copy)]
+pub enum Read<'a> {
+    /// Every attached container.
+    All,
+    /// Those this wants (the read budget's share under overload, [`crate::budget`]).
+    Wanted(&'a dyn Fn(&str) -> bool),
+    /// These, looked up by id (ids not attached are passed over): the work is theirs alone,
+    /// whatever the number attached.
+    Only(&'a [Arc<str>]),
+}
+
+impl Read<'_> {
+    /// Each attached entry of `map` this names, in turn, with its id.
+    pub fn each<V, E>(
+        self,
+        map: &std::collections::BTreeMap<String, V>,
+        mut f: impl FnMut(&str, &V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match self {
+            Read::All => map.iter().try_for_each(|(k, v)| f(k, v)),
+            Read::Wanted(w) => map.iter().filter(|(k, _)| w(k)).try_for_each(|(k, v)| f(k, v)),
+            Read::Only(ids) => {
+                ids.iter().filter_map(|id| Some((&**id, map.get(&**id)?))).try_for_each(|(k, v)| f(k, v))
+            }
+        }
+    }
+
+    /// [`Read::each`], with the entries mutable.
+    pub fn each_mut<V, E>(
+        self,
+        map: &mut std::collections::BTreeMap<String, V>,
+        mut f: impl FnMut(&str, &mut V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match self {
+            Read::All => map.iter_mut().try_for_each(|(k, v)| f(k, v)),
+            Read::Wanted(w) => map.iter_mut().filter(|(k, _)| w(k)).try_for_each(|(k, v)| f(k, v)),
+            Read::Only(ids) => {
+                for id in ids {
+                    if let Some(v) = map.get_mut(&**id) {
+                        f(id, v)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 pub trait CacheBackend {
     fn info(&self) -> &BackendInfo;
     /// Start monitoring a container (tag its tasks, create its group). Called as soon as
@@ -180,9 +234,10 @@ pub trait CacheBackend {
     fn attach(&mut self, c: &Container, src: &dyn ContainerSource, now: Duration) -> PartResult<Attach>;
     /// Stop monitoring a container (it stopped, or its RMID goes to a busier one).
     fn detach(&mut self, id: &str, now: Duration) -> PartResult;
-    /// Read the attached containers that `read` wants (all of them but under overload, see
-    /// [`crate::budget`]) in every domain they can have data in.
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult;
+    /// Read the attached containers `read` names (all of them, those the read budget wants
+    /// under overload, or the few an interval must read: [`crate::quiet`]) in every domain
+    /// they can have data in.
+    fn collect(&mut self, now: Duration, read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult;
     /// Periodic upkeep: limbo, task resync, groups that vanished. Returns the containers it
     /// could no longer monitor (detached), with the reason.
     fn upkeep(&mut self, _now: Duration, _src: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
@@ -234,13 +289,14 @@ impl CacheBackend for Unsupported {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
-        for meta in self.attached.values().filter(|m| read(&m.id)) {
-            for &domain in &self.info.domains {
+    fn collect(&mut self, now: Duration, read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult {
+        let domains = &self.info.domains;
+        read.each(&self.attached, |_, meta| {
+            for &domain in domains {
                 out.push(RawSample { status: Status::Unsupported, ..RawSample::new(meta.clone(), domain, now) });
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn slots(&self) -> SlotCounts {

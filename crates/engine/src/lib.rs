@@ -20,6 +20,7 @@ pub mod containers;
 pub mod derive;
 pub mod error;
 pub mod pmu;
+pub mod quiet;
 pub mod row;
 pub mod run;
 pub mod sched;
@@ -28,7 +29,7 @@ pub mod slots;
 pub mod sparse;
 pub mod world;
 
-pub use backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+pub use backend::{Attach, BackendInfo, CacheBackend, RawSample, Read, Sampling, SlotCounts};
 pub use containers::{Change, Container, ContainerSource};
 pub use error::{PartError, PartResult};
 pub use row::{ContainerMeta, MbmCounter, Pmu, Row, RuntimeCell, RuntimeMeta, Status};

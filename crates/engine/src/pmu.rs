@@ -149,6 +149,17 @@ impl Totals {
 pub struct Join {
     slots: crate::FastMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
     gaps: VecDeque<(Duration, Duration)>,
+    /// The containers that ran (a slot with CPU time or a count), and the end of the latest
+    /// such slot: who ran in an interval is found here, without looking at every container.
+    ran: crate::FastMap<Arc<str>, Duration>,
+}
+
+/// A container that ran in a step, on one domain, and its counts there.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub id: Arc<str>,
+    pub domain: u32,
+    pub totals: Totals,
 }
 
 impl Join {
@@ -158,6 +169,7 @@ impl Join {
 
     pub fn forget(&mut self, id: &str) {
         self.slots.remove(id);
+        self.ran.remove(id);
     }
 
     pub fn push(&mut self, samples: &mut Vec<PmuSample>) {
@@ -167,12 +179,50 @@ impl Join {
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
             doms.entry(s.domain).or_default().push_back((s.end, t));
+            if t.cpu_ns > 0 || t.values.iter().any(|&v| v > 0) {
+                match self.ran.get_mut(s.container.id.as_str()) {
+                    Some(until) => *until = (*until).max(s.end),
+                    None => {
+                        self.ran.insert(Arc::from(s.container.id.as_str()), s.end);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The containers whose latest run (as far as drained) ended after `after`, and when;
+    /// those that ran last at or before it are let go from the index. The work is the number
+    /// that ran since, not the number followed.
+    pub fn ran_after(&mut self, after: Duration, out: &mut Vec<(Arc<str>, Duration)>) {
+        out.clear();
+        self.ran.retain(|id, until| {
+            let keep = *until > after;
+            if keep {
+                out.push((id.clone(), *until));
+            }
+            keep
+        });
+    }
+
+    /// The counts of container `id` in each domain over slots that end in (`after`, `until`],
+    /// where something was counted.
+    pub fn ran_in(&self, id: &Arc<str>, after: Duration, until: Duration, out: &mut Vec<Ran>) {
+        let Some(doms) = self.slots.get(&**id) else { return };
+        for (&domain, q) in doms {
+            let totals = Self::sum(Some(q), after, until);
+            if totals != Totals::default() {
+                out.push(Ran { id: id.clone(), domain, totals });
+            }
         }
     }
 
     fn sum(q: Option<&VecDeque<(Duration, Totals)>>, after: Duration, until: Duration) -> Totals {
         let mut t = Totals::default();
-        for (_, x) in q.into_iter().flatten().take_while(|(end, _)| *end <= until).filter(|(end, _)| *end > after) {
+        let Some(q) = q else { return t };
+        // Slots are in time order: the first after `after` by a binary search (a batch of
+        // 50 ms holds 50 slots, looked at once per interval).
+        let first = q.partition_point(|(end, _)| *end <= after);
+        for (_, x) in q.range(first..).take_while(|(end, _)| *end <= until) {
             t.add(&x.values, x.cpu_ns);
         }
         t

@@ -8,13 +8,14 @@
 //! the RMID policy at their period. Rows are released, with their PMU columns joined, once
 //! the PMU source has delivered their interval, and every sink gets them in time order.
 
-use crate::backend::{CacheBackend, Sampling};
+use crate::backend::{CacheBackend, Read, Sampling};
 use crate::budget::ReadBudget;
 use crate::clock::{Clock, Wake};
 use crate::containers::{Change, ContainerSource};
 use crate::derive::Derive;
 use crate::error::PartError;
-use crate::pmu::{Counted, Join, PmuSample, PmuSource};
+use crate::pmu::{Counted, Join, PmuSample, PmuSource, Ran};
+use crate::quiet::Quiet;
 use crate::row::{Pmu, Row, Status};
 use crate::sched::{Lateness, TickerError};
 use crate::sink::{Flow, RunStatus, Sink};
@@ -114,6 +115,19 @@ struct State {
     /// Stopped containers the PMU source still counts until its slots pass this
     /// (CLOCK_MONOTONIC).
     leaving: Vec<(Duration, String)>,
+    /// Where the PMU source counts CPU time: who each interval reads ([`crate::quiet`]);
+    /// None: every container, every interval.
+    quiet: Option<Quiet>,
+    /// How far the PMU source's slots can lag a sample time when it is read (a backend read
+    /// from user space at the tick, slots drained every 50 ms): who ran that recently is read.
+    /// 0 for batched runs, which sample only what was drained.
+    lag: Duration,
+    /// Who ran lately (as far as drained), and who ran in the step, per domain.
+    recent: Vec<(Arc<str>, Duration)>,
+    ran: Vec<Ran>,
+    /// Container-intervals read, and followed, while quiet.
+    quiet_reads: u64,
+    quiet_followed: u64,
 }
 
 impl State {
@@ -144,6 +158,9 @@ impl State {
                     if let Some(pmu) = self.p.pmu.as_mut() {
                         pmu.follow(&c);
                         self.join.follow(c.id());
+                        if let Some(q) = self.quiet.as_mut() {
+                            q.follow(c.id(), !pmu.uncounted(c.id()));
+                        }
                     }
                     self.fresh.insert(c.id().to_string());
                     self.slots
@@ -168,6 +185,9 @@ impl State {
                 self.leaving.push((self.origin + at, id.clone()));
             }
             self.born.remove(&id);
+            if let Some(q) = self.quiet.as_mut() {
+                q.forget(&id);
+            }
             self.derive.forget(&id);
             self.pending.forget(id);
         }
@@ -178,24 +198,46 @@ impl State {
     /// thread: the read budget's variable part).
     fn sample(&mut self, at: Duration) -> Result<Duration, RunError> {
         self.lifecycle(at)?;
-        if let Some(w) = self.p.world.as_mut() {
-            let (from, to) = (self.origin + self.step, self.origin + at);
-            let join = &self.join;
-            w.advance(at, &mut |id, d| join.peek(id, d, from, to));
+        let (from, to) = (self.origin + self.step, self.origin + at);
+        // Who ran in the step (as far as drained), found from those that ran lately: the
+        // emulated world it drives and the quiet interval's reads need no look at the others.
+        self.ran.clear();
+        if self.quiet.is_some() || self.p.world.is_some() {
+            self.join.ran_after(from.saturating_sub(self.lag), &mut self.recent);
+            for (id, _) in &self.recent {
+                self.join.ran_in(id, from, to, &mut self.ran);
+            }
         }
-        // Under overload, who is read this interval (crate::budget); the new and the stopping
-        // always are. Containers without an RMID get their rows on the same terms.
+        if let Some(w) = self.p.world.as_mut() {
+            w.advance(at, &self.ran);
+        }
         let began = thread_cpu();
         let (budget, join, fresh, stopped, domains) =
             (&self.budget, &self.join, &self.fresh, &self.stopped, &self.domains);
-        let cpu = self.counted.cpu_ns;
-        let (from, to) = (self.origin + self.step, self.origin + at);
-        let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
-        let read = |id: &str| budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id);
         if !stopped.is_empty() {
             self.p.backend.stopping(stopped);
         }
-        self.p.backend.collect(at, &read, &mut self.raw).map_err(part("backend"))?;
+        if let Some(q) = self.quiet.as_mut() {
+            // Quiet: the keyframe share, the new, the stopping, and who ran (batched: in the
+            // step; read at the tick: lately, as the slots drained so far say).
+            q.begin(at);
+            fresh.iter().chain(stopped.iter()).for_each(|id| q.add_id(id));
+            if self.lag.is_zero() {
+                self.ran.iter().for_each(|r| q.add(&r.id));
+            } else {
+                self.recent.iter().for_each(|(id, _)| q.add(id));
+            }
+            self.quiet_reads += q.visit().len() as u64;
+            self.quiet_followed += q.followed() as u64;
+            self.p.backend.collect(at, Read::Only(q.visit()), &mut self.raw).map_err(part("backend"))?;
+        } else {
+            // Under overload, who is read this interval (crate::budget); the new and the
+            // stopping always are. Containers without an RMID get their rows on the same terms.
+            let cpu = self.counted.cpu_ns;
+            let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
+            let read = |id: &str| budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id);
+            self.p.backend.collect(at, Read::Wanted(&read), &mut self.raw).map_err(part("backend"))?;
+        }
         for s in self.raw.drain(..) {
             // Rows keep their sample's time (the kernel's, for backends sampled there): the
             // PMU columns joined to them are those of that instant.
@@ -211,7 +253,29 @@ impl State {
         let start_real = self.derive.start_real_ns();
         let (born, step) = (&self.born, self.step);
         let since = |id: &str| since(born, step, id);
-        for w in self.slots.waiting().values().filter(|w| read(w.container.id())) {
+        let (budget, fresh, stopped, domains, quiet) =
+            (&self.budget, &self.fresh, &self.stopped, &self.domains, &self.quiet);
+        let cpu = self.counted.cpu_ns;
+        let join = &self.join;
+        let waiting = self.slots.waiting();
+        let rows_for: Vec<&crate::slots::Waiting> = match quiet {
+            // Looked up by the few read: thousands may wait where RMIDs are few.
+            Some(q) if waiting.len() > q.visit().len() => {
+                q.visit().iter().filter_map(|id| waiting.get(&**id)).collect()
+            }
+            Some(q) => waiting.values().filter(|w| q.contains(w.container.id())).collect(),
+            None => {
+                let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
+                waiting
+                    .values()
+                    .filter(|w| {
+                        let id = w.container.id();
+                        budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id)
+                    })
+                    .collect()
+            }
+        };
+        for w in rows_for {
             for &domain in domains {
                 self.pending.row(
                     at,
@@ -271,6 +335,8 @@ impl State {
             }
             Err(e) => {
                 self.messages.push(format!("PMU counting stopped: {e}"));
+                // Who runs is no longer known: every container is read from now on.
+                self.quiet = None;
                 self.p.pmu = None;
                 self.counted = Counted::default();
                 self.watermark = None;
@@ -345,10 +411,14 @@ impl State {
             extra.push(line);
         }
         extra.extend(self.budget.describe(self.interval, self.slots.count()));
+        // The first few by name: thousands can wait where RMIDs are few.
+        let all = self.slots.waiting();
         let waiting: Vec<String> =
-            self.slots.waiting().iter().map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
+            all.iter().take(WAITING_NAMED).map(|(k, w)| format!("{k} ({})", w.reason.name())).collect();
         if !waiting.is_empty() {
-            extra.push(format!("without RMID: {}", waiting.join(", ")));
+            let more = all.len() - waiting.len();
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            extra.push(format!("without RMID: {}{more}", waiting.join(", ")));
         }
         let st = RunStatus {
             t,
@@ -432,6 +502,15 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         deferred: VecDeque::new(),
         born: FastMap::default(),
         leaving: Vec::new(),
+        quiet: (counted.cpu_ns && !info.moves_without_tasks).then(|| Quiet::new(opts.interval)),
+        lag: match info.sampling {
+            Sampling::Tick | Sampling::Kernel => 2 * drain_every + opts.interval,
+            Sampling::Virtual | Sampling::Unsupported => Duration::ZERO,
+        },
+        recent: Vec::new(),
+        ran: Vec::new(),
+        quiet_reads: 0,
+        quiet_followed: 0,
     };
     let mut summary = Summary::default();
     let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);
@@ -473,6 +552,14 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
             .push(format!("{} attaches refused for a container's own trouble (the last: {last})", st.slots.refused));
     }
     st.messages.extend(st.budget.summary(opts.interval, st.samples));
+    if st.quiet_followed > 0 {
+        st.messages.push(format!(
+            "read {} of {} container-intervals ({:.2} %): the others did not run (docs/cost.md)",
+            st.quiet_reads,
+            st.quiet_followed,
+            100.0 * st.quiet_reads as f64 / st.quiet_followed as f64
+        ));
+    }
     st.messages.extend(st.lost.summary());
     summary.samples = st.samples;
     summary.messages = std::mem::take(&mut st.messages);
@@ -486,6 +573,9 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         None => Ok(summary),
     }
 }
+
+/// Containers without an RMID named in the status (the rest counted).
+const WAITING_NAMED: usize = 8;
 
 /// Rows held before they are handed on mid-batch (about 13 MB).
 const RELEASE_ROWS: usize = 65_536;
@@ -546,7 +636,9 @@ fn run_loop(
             let reads = st.sample(at)?;
             // In real time, each interval's cost sets how many the next one reads.
             // (The kernel decides what it samples: its batches are not budgeted here.)
-            if !clock.is_virtual() && info.sampling != Sampling::Kernel {
+            // A quiet run reads only who ran and a keyframe share (crate::quiet): there is no
+            // share of the others to cut.
+            if !clock.is_virtual() && info.sampling != Sampling::Kernel && st.quiet.is_none() {
                 st.budget.adjust(thread_cpu().saturating_sub(began), reads, opts.interval, st.slots.count());
             }
         }

@@ -3,7 +3,7 @@
 //! and before the step's counters are read.
 
 use crate::containers::Container;
-use crate::pmu::Totals;
+use crate::pmu::Ran;
 use std::time::Duration;
 
 pub trait World {
@@ -11,9 +11,10 @@ pub trait World {
     fn started(&mut self, _c: &Container) {}
     /// A container stopped (after its last interval was read).
     fn stopped(&mut self, _id: &str) {}
-    /// Advance to `to` (since the run's start). `measured(id, domain)`: what the PMU source
-    /// counted for a container over the step, for worlds driven by real containers.
-    fn advance(&mut self, to: Duration, measured: &mut dyn FnMut(&str, u32) -> Totals);
+    /// Advance to `to` (since the run's start). `ran`: what the PMU source counted over the
+    /// step for each container and domain where it counted anything (the others did not
+    /// run), for worlds driven by real containers.
+    fn advance(&mut self, to: Duration, ran: &[Ran]);
     /// What drives it, in words.
     fn describe(&self) -> String;
 }

@@ -4,7 +4,7 @@
 
 use crate::abi::{self, flags, kind, Info, Record, Stats};
 use crate::device::{KernelDevice, KmodError};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Read, Sampling, SlotCounts};
 use cachescope_engine::PartResult;
 use cachescope_engine::{Container, ContainerMeta, ContainerSource, Status, WaitReason};
 use cachescope_hw::msr::Cumulative;
@@ -317,7 +317,7 @@ impl CacheBackend for KmodBackend {
         }
     }
 
-    fn collect(&mut self, _now: Duration, _read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
+    fn collect(&mut self, _now: Duration, _read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult {
         // The kernel decided what to read (what ran, and the rest round robin): all of it is kept.
         self.drain()?;
         // Each domain's ticks come in order, and the domains' interleave almost in order:

@@ -58,7 +58,7 @@ fn backend(k: &FakeKernel) -> KmodBackend {
 
 fn collect(b: &mut KmodBackend) -> Vec<RawSample> {
     let mut out = Vec::new();
-    b.collect(Duration::from_secs(1), &|_| true, &mut out).unwrap();
+    b.collect(Duration::from_secs(1), cachescope_engine::Read::All, &mut out).unwrap();
     out
 }
 

@@ -10,7 +10,7 @@
 
 use crate::counter::{CounterGroup, Target};
 use crate::cqm::{CqmError, CqmEvent, CqmPmu};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Read, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_engine::{PartError, PartResult};
@@ -160,9 +160,10 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
         Ok(())
     }
 
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
-        for a in self.attached.values_mut().filter(|a| read(&a.meta.id)) {
-            for &(domain, _) in &self.readers {
+    fn collect(&mut self, now: Duration, read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult {
+        let (readers, pmu) = (&self.readers, &self.pmu);
+        read.each_mut(&mut self.attached, |_, a| {
+            for &(domain, _) in readers {
                 let mut s = RawSample::new(a.meta.clone(), domain, now);
                 for (_, name, k) in a.counters.iter_mut().filter(|(d, ..)| *d == domain) {
                     let Ok(v) = k.read() else {
@@ -172,7 +173,7 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
                     let cum = Some(Cumulative { generation: a.generation, value: v });
                     match *name {
                         "llc_occupancy" => {
-                            let scale = self.pmu.events.iter().find(|e| e.name == *name).map_or(1.0, bytes_per_count);
+                            let scale = pmu.events.iter().find(|e| e.name == *name).map_or(1.0, bytes_per_count);
                             s.occupancy_bytes = Some((v as f64 * scale).round() as u64);
                         }
                         "total_bytes" => s.mbm_total = cum,
@@ -181,8 +182,8 @@ impl<O: CqmOpener> CacheBackend for CqmBackend<O> {
                 }
                 out.push(s);
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn slots(&self) -> SlotCounts {

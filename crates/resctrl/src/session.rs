@@ -14,7 +14,7 @@ mod assign;
 use crate::{Domain, GroupReader, GroupRef, Read, ReadError, Resctrl, ResctrlError, Value};
 pub use assign::CounterPolicy;
 use assign::{release, Counters};
-use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Sampling, SlotCounts};
+use cachescope_engine::backend::{Attach, BackendInfo, CacheBackend, RawSample, Read as Which, Sampling, SlotCounts};
 use cachescope_engine::containers::{Container, ContainerSource};
 use cachescope_engine::{ContainerMeta, Status, WaitReason};
 use cachescope_engine::{PartError, PartResult};
@@ -451,36 +451,36 @@ impl CacheBackend for ContainerGroups {
     /// Each sample carries the time its MBM total was read (else its first value): the kernel
     /// reads a counter when asked, and on a loaded host the reads of many groups (or a late
     /// wake-up) take milliseconds that `now` alone would move into the next interval.
-    fn collect(&mut self, now: Duration, want: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
+    fn collect(&mut self, now: Duration, want: Which<'_>, out: &mut Vec<RawSample>) -> PartResult {
         let mut vanished = Vec::new();
         let origin = self.origin;
         let held = self.counters.as_ref().map(|c| &c.held);
-        for (id, m) in self.groups.iter_mut().filter(|(id, _)| want(id)) {
+        let (scratch, stats, domains) = (&mut self.scratch, &mut self.stats, &self.info.domains);
+        let read_all = want.each_mut(&mut self.groups, |id, m| -> Result<(), std::convert::Infallible> {
             let read = match &mut m.reader {
-                Some(r) => r.read_all(&mut self.scratch),
+                Some(r) => r.read_all(scratch),
                 None => Err(ReadError::Gone),
             };
-            self.stats.reads += self.scratch.len() as u64;
+            stats.reads += scratch.len() as u64;
             if read.is_err() {
-                vanished.push(id.clone());
-                for &d in &self.info.domains {
+                vanished.push(id.to_string());
+                for &d in domains {
                     out.push(RawSample { status: Status::Error, ..RawSample::new(m.meta.clone(), d, now) });
                 }
-                continue;
+                return Ok(());
             }
             m.reads_since_assign = m.reads_since_assign.saturating_add(1);
-            m.occupancy = self
-                .scratch
+            m.occupancy = scratch
                 .iter()
                 .filter(|r| r.event == Event::L3Occupancy)
                 .filter_map(|r| if let Value::Bytes(b) = r.value { Some(b) } else { None })
                 .sum();
             let counter = held.map(|h| h.get(id).map(|(how, _)| *how));
             let generation = m.generation ^ (m.epoch << 40);
-            for &d in &self.info.domains {
+            for &d in domains {
                 let mut s = RawSample::new(m.meta.clone(), d, now);
                 s.mbm_counter = counter.flatten();
-                let reads = self.scratch.iter().filter(|r| r.domain == d);
+                let reads = scratch.iter().filter(|r| r.domain == d);
                 let when = reads.clone().find(|r| r.event == Event::MbmTotal).or_else(|| reads.clone().next());
                 if let (Some(r), Some(o)) = (when, origin) {
                     s.at = now.max(r.at.saturating_sub(o));
@@ -506,7 +506,9 @@ impl CacheBackend for ContainerGroups {
                 }
                 out.push(s);
             }
-        }
+            Ok(())
+        });
+        read_all.unwrap_or_else(|e| match e {});
         for id in vanished {
             if let Some(m) = self.groups.get_mut(&id) {
                 if m.reader.take().is_some() {

@@ -113,7 +113,7 @@ impl Run {
 
     fn sample(&mut self) -> Vec<Row> {
         let mut raw = Vec::new();
-        self.s.collect(Duration::ZERO, &|_| true, &mut raw).unwrap();
+        self.s.collect(Duration::ZERO, cachescope_engine::Read::All, &mut raw).unwrap();
         raw.into_iter().map(|x| self.derive.row(x, Duration::ZERO)).collect()
     }
 
@@ -174,7 +174,7 @@ fn samples_carry_the_time_of_their_read() {
     assert!(s.start("thrash", &src, Duration::ZERO) && s.start("idle", &src, Duration::ZERO));
     let read = |s: &mut Run, now: Duration| {
         let mut raw = Vec::new();
-        s.s.collect(now, &|_| true, &mut raw).unwrap();
+        s.s.collect(now, cachescope_engine::Read::All, &mut raw).unwrap();
         raw.iter().map(|r| r.at).collect::<Vec<_>>()
     };
     // Before the engine says when the run began: the time asked for.

@@ -219,6 +219,10 @@ struct Acc {
     cycles: Option<u64>,
     instructions: Option<u64>,
     misses: Option<u64>,
+    /// No row yet in this period: the values above are the last period's columns at 0 (rows
+    /// are sparse: a container that did not run has none, and moved nothing), replaced by
+    /// the first row's.
+    carried: bool,
 }
 
 fn add_opt(acc: &mut Option<u64>, v: Option<u64>) {
@@ -241,6 +245,9 @@ impl Accumulator {
             None => self.rows.entry(row.container.id.clone()).or_default(),
         };
         let r = doms.entry(row.domain).or_default();
+        if std::mem::take(&mut r.carried) {
+            (r.mbm_seen, r.cycles, r.instructions, r.misses) = (false, None, None, None);
+        }
         if !r.meta.as_ref().is_some_and(|m| Arc::ptr_eq(m, &row.container)) {
             r.meta = Some(row.container.clone());
         }
@@ -298,10 +305,10 @@ impl Accumulator {
                 });
                 a.total = 0;
                 a.local = 0;
-                a.mbm_seen = false;
-                a.cycles = None;
-                a.instructions = None;
-                a.misses = None;
+                a.cycles = a.cycles.map(|_| 0);
+                a.instructions = a.instructions.map(|_| 0);
+                a.misses = a.misses.map(|_| 0);
+                a.carried = true;
             }
         }
         sort(&mut out, SortKey::Occupancy);
@@ -394,6 +401,39 @@ mod tests {
         (row.status, row.mbm_counter, row.mbm_total_bytes) = (cachescope_engine::Status::Unassigned, None, None);
         acc.add(&row);
         assert_eq!(status(&mut acc), "unassigned", "a turn without a counter");
+    }
+
+    #[test]
+    fn a_period_without_rows_moved_nothing_and_keeps_its_occupancy() {
+        let meta = Arc::new(ContainerMeta { id: "idle".into(), ..Default::default() });
+        let mut row = Row {
+            time_ns: 1,
+            interval_ns: 1,
+            container: meta,
+            domain: 0,
+            rmid: Some(1),
+            llc_occupancy_bytes: Some(4096),
+            mbm_total_bytes: Some(1000),
+            mbm_local_bytes: Some(10),
+            pmu: cachescope_engine::Pmu { cycles: Some(7), instructions: Some(14), ..Default::default() },
+            cpu_ns: Some(1),
+            status: cachescope_engine::Status::Ok,
+            mbm_counter: None,
+        };
+        let mut acc = Accumulator::default();
+        let take = |acc: &mut Accumulator| acc.take(Duration::from_secs(1), &[]).remove(0);
+        acc.add(&row);
+        let first = take(&mut acc);
+        assert_eq!((first.mbm_total, first.cycles, first.occupancy), (Some(1000.0), Some(7), Some(4096)));
+        // A quiet period: no row (the container did not run). Shown as 0, not as unknown.
+        let quiet = take(&mut acc);
+        assert_eq!((quiet.mbm_total, quiet.cycles, quiet.ipc), (Some(0.0), Some(0), None));
+        assert_eq!(quiet.occupancy, Some(4096), "occupancy carried forward");
+        // The next row's columns replace the carried ones: a column gone null is unknown again.
+        (row.mbm_total_bytes, row.pmu) = (None, Default::default());
+        acc.add(&row);
+        let after = take(&mut acc);
+        assert_eq!((after.mbm_total, after.cycles), (None, None));
     }
 
     pub(crate) fn row(label: &str, occ: Option<u64>, bw: Option<f64>, ipc: Option<f64>, mpki: Option<f64>) -> ViewRow {

@@ -43,6 +43,8 @@ pub(super) fn resctrl(args: &Common, emulate: bool) -> Result<Built, CliError> {
         let emulated = Some(format!("the scenario {}", args.scenario.as_deref().unwrap_or(Path::new("")).display()));
         let mut i = BackendInfo::new(label, platform.cpu_info().summary(), Some(platform.l3_bytes()));
         (i.emulated, i.upscale) = (emulated, u64::from(platform.l3().upscale_factor));
+        // The scenario's traffic, not its idle processes, moves the counters.
+        i.moves_without_tasks = true;
         let groups = ContainerGroups::new(Resctrl::at(root), i).map_err(CliError::unavailable)?;
         play.hold(m);
         let (pmu, desc) = host_pmu(args, &parts.topo, |c| parts.topo.domain_id_of(c))?;

@@ -45,6 +45,7 @@ impl Fake {
                 sampling,
                 emulated: None,
                 upkeep_every: Duration::from_millis(10),
+                moves_without_tasks: false,
                 metadata: Vec::new(),
             },
             rate: 300,
@@ -88,15 +89,16 @@ impl CacheBackend for Fake {
         }
         Ok(())
     }
-    fn collect(&mut self, now: Duration, read: &dyn Fn(&str) -> bool, out: &mut Vec<RawSample>) -> PartResult {
-        for (meta, rmid, since) in self.attached.values().filter(|a| read(&a.0.id)) {
-            let counts = (now - *since).as_millis() as u64 * self.rate;
-            self.log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
+    fn collect(&mut self, now: Duration, read: Read<'_>, out: &mut Vec<RawSample>) -> PartResult {
+        let (rate, cost, wrap, log, domains) = (self.rate, self.cost, self.wrap, &self.log, &self.info.domains);
+        read.each(&self.attached, |_, (meta, rmid, since)| {
+            let counts = (now - *since).as_millis() as u64 * rate;
+            log.lock().unwrap().push(format!("read {} {}", meta.id, now.as_millis()));
             let t = thread_cpu();
-            while thread_cpu().saturating_sub(t) < self.cost {
+            while thread_cpu().saturating_sub(t) < cost {
                 std::hint::spin_loop();
             }
-            for &domain in &self.info.domains {
+            for &domain in domains {
                 out.push(RawSample {
                     container: meta.clone(),
                     domain,
@@ -105,12 +107,12 @@ impl CacheBackend for Fake {
                     status: Status::Ok,
                     mbm_counter: None,
                     occupancy_bytes: Some(counts.min(1000)),
-                    mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % self.wrap }),
+                    mbm_total: Some(Cumulative { generation: u64::from(*rmid), value: counts % wrap }),
                     mbm_local: None,
                 });
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
     fn upkeep(&mut self, _: Duration, _: &dyn ContainerSource) -> PartResult<Vec<(String, WaitReason)>> {
         self.limbo.clear();
@@ -287,6 +289,10 @@ struct FakePmu {
     next: Duration,
     /// A container whose counters "could not be opened": no slots, and said so.
     uncounted: Option<&'static str>,
+    /// Only these run (the others get no slots); None: all.
+    only: Option<Vec<&'static str>>,
+    /// How far ahead of `origin` it delivers.
+    horizon: Duration,
 }
 
 impl PmuSource for FakePmu {
@@ -311,9 +317,9 @@ impl PmuSource for FakePmu {
         self.followed.retain(|m| m.id != id);
     }
     fn drain(&mut self, _wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
-        while self.next < self.origin + Duration::from_secs(1) {
+        while self.next < self.origin + self.horizon {
             self.next += Duration::from_millis(1);
-            for m in &self.followed {
+            for m in self.followed.iter().filter(|m| self.only.as_ref().is_none_or(|o| o.contains(&m.id.as_str()))) {
                 out.push(PmuSample {
                     container: m.clone(),
                     domain: 0,
@@ -334,7 +340,14 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     let (mut p, kept) = parts(Box::new(backend), script, None, 1);
     // The run's clock starts after this, so each slot ends within the 1 ms row it belongs to.
     let origin = cachescope_platform::clock::monotonic();
-    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: None }));
+    p.pmu = Some(Box::new(FakePmu {
+        followed: Vec::new(),
+        origin,
+        next: origin,
+        uncounted: None,
+        only: None,
+        horizon: Duration::from_secs(1),
+    }));
     let sum = run(p, &opts(1, 30)).unwrap();
     assert!(sum.samples >= 25, "{}", sum.samples);
     let k = kept[0].lock().unwrap();
@@ -355,7 +368,14 @@ fn a_container_without_counters_has_null_pmu_columns_not_zero() {
     let script = Script(vec![("a", 0, None), ("b", 0, None)], Vec::new());
     let (mut p, kept) = parts(Box::new(backend), script, None, 1);
     let origin = cachescope_platform::clock::monotonic();
-    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: Some("b") }));
+    p.pmu = Some(Box::new(FakePmu {
+        followed: Vec::new(),
+        origin,
+        next: origin,
+        uncounted: Some("b"),
+        only: None,
+        horizon: Duration::from_secs(1),
+    }));
     run(p, &opts(1, 30)).unwrap();
     let k = kept[0].lock().unwrap();
     let of =
@@ -419,4 +439,70 @@ fn overload_reads_in_turn_and_loses_nothing() {
         assert!(longest <= 100_000_000, "{id}: read at least every 100 intervals ({longest} ns)");
     }
     assert!(k.statuses.iter().any(|s| s.extra.iter().any(|l| l.starts_with("overloaded:"))));
+}
+
+/// With CPU time counted, an interval reads who ran in it and a keyframe share: each idle
+/// container once per second, in its own interval, and nothing it moved meanwhile is lost
+/// (its next row spans everything since its last).
+#[test]
+fn a_quiet_run_reads_who_ran_and_each_idle_container_once_per_keyframe() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ids: Vec<&'static str> = (0..50).map(|i| &*Box::leak(format!("c{i:02}").into_boxed_str())).collect();
+    let script = Script(ids.iter().map(|&id| (id, 0, None)).chain([("late", 1500, Some(2200))]).collect(), Vec::new());
+    let mut fake = Fake::new(Sampling::Virtual, 200, log.clone());
+    (fake.wrap, fake.info.mbm_width) = (1 << 32, 32);
+    let (mut p, kept) = parts(Box::new(fake), script, None, 1);
+    let origin = cachescope_platform::clock::monotonic();
+    let only = Some(vec!["c00", "c01"]);
+    let horizon = Duration::from_secs(3);
+    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: None, only, horizon }));
+    let o = opts(1, 2500);
+    let sum = run(p, &o).unwrap();
+    let log = log.lock().unwrap();
+    let reads = |id: &str| log.iter().filter(|l| l.split(' ').nth(1) == Some(id) && l.starts_with("read ")).count();
+    assert!(reads("c00") >= 2499, "{}", reads("c00"));
+    // Idle: its first interval, then once per second.
+    for id in &ids[2..] {
+        assert!((2..=4).contains(&reads(id)), "{id}: {} reads", reads(id));
+    }
+    // Started and stopped between keyframes: its first and its last interval, and its keyframe.
+    assert!((2..=3).contains(&reads("late")), "late: {}", reads("late"));
+    let said = sum.messages.iter().find(|m| m.contains("container-intervals")).expect("said");
+    assert!(said.starts_with("read "), "{said}");
+    let k = kept[0].lock().unwrap();
+    for id in &ids[2..] {
+        let rs: Vec<&Row> =
+            k.rows.iter().filter(|r| r.container.id == *id && r.domain == 0 && r.status != Status::Stopped).collect();
+        // Every byte the backend counted, in rows whose intervals tile the run.
+        let moved: u64 = rs.iter().filter_map(|r| r.mbm_total_bytes).sum();
+        let span: i64 = rs.iter().map(|r| r.interval_ns).sum();
+        assert_eq!(moved, (rs.last().unwrap().time_ns - rs[0].time_ns) as u64 / 1_000_000 * 300 * 64, "{id}");
+        assert_eq!(span, rs.last().unwrap().time_ns - rs[0].time_ns + rs[0].interval_ns, "{id}");
+        // After its first row, keyframes a second apart; CPU time 0 (counted, nothing ran),
+        // never null.
+        for w in rs[1..].windows(2) {
+            assert_eq!(w[1].interval_ns, 1_000_000_000, "{id}");
+        }
+        assert!(rs.iter().all(|r| r.cpu_ns == Some(0)), "{id}");
+    }
+}
+
+/// Read at the tick (the PMU drained behind it): who ran lately is read at every interval.
+#[test]
+fn a_quiet_run_read_at_the_tick_reads_who_ran_lately() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let ids: Vec<&'static str> = (0..20).map(|i| &*Box::leak(format!("t{i:02}").into_boxed_str())).collect();
+    let script = Script(ids.iter().map(|&id| (id, 0, None)).collect(), Vec::new());
+    let (mut p, _) = parts(Box::new(Fake::new(Sampling::Tick, 200, log.clone())), script, None, 1);
+    let origin = cachescope_platform::clock::monotonic();
+    let (only, horizon) = (Some(vec!["t00"]), Duration::from_secs(1));
+    p.pmu = Some(Box::new(FakePmu { followed: Vec::new(), origin, next: origin, uncounted: None, only, horizon }));
+    let o = Options { virtual_time: false, ..opts(10, 600) };
+    run(p, &o).unwrap();
+    let log = log.lock().unwrap();
+    let reads = |id: &str| log.iter().filter(|l| l.split(' ').nth(1) == Some(id) && l.starts_with("read ")).count();
+    assert!(reads("t00") >= 50, "{}", reads("t00"));
+    for id in &ids[1..] {
+        assert!((1..=2).contains(&reads(id)), "{id}: {} reads", reads(id));
+    }
 }

@@ -101,7 +101,7 @@ fn cgroup_events_on_the_sysfs_type_and_config_scaled_to_bytes() {
     let mut derive = Derive::new(i.mbm_width, i.mbm_unit, 0);
     let mut raw = Vec::new();
     let mut rows = |b: &mut CqmBackend<Fake>, ms: u64| {
-        b.collect(Duration::from_millis(ms), &|_| true, &mut raw).unwrap();
+        b.collect(Duration::from_millis(ms), cachescope_engine::Read::All, &mut raw).unwrap();
         raw.drain(..).map(|s| derive.row(s, Duration::ZERO)).collect::<Vec<_>>()
     };
     set(1, 0, 100);
