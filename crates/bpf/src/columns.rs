@@ -37,6 +37,10 @@ pub const BPF_DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// path is at most 4096 bytes, so real nesting stays far below this).
 const MAX_NESTING: usize = 2048;
 
+/// cgroup ids that no followed container holds, remembered at most (then forgotten and
+/// looked up again).
+const MAX_UNKNOWN: usize = 65_536;
+
 /// How often perf cgroup counters are read (each read is a syscall per container × CPU).
 pub const PERF_READ_EVERY: Duration = Duration::from_millis(100);
 /// Cgroups the eBPF slot map is sized for in one slot: a 1 ms slot sees at most a few
@@ -75,9 +79,18 @@ pub struct PmuColumns {
     ticked: HashMap<String, u64>,
     /// Followed containers' cgroup directories, for finding the cgroups below them.
     dirs: BTreeMap<String, (std::path::PathBuf, Arc<ContainerMeta>)>,
-    /// cgroup ids seen in slots that no followed container holds (until the next rescan).
+    /// cgroup ids seen in slots that no followed container holds (with `ids`: for good, as a
+    /// cgroup's place in the tree does not change; else until the next rescan).
     unknown: std::collections::HashSet<u64>,
     last_rescan: Option<std::time::Instant>,
+    /// The cgroup tree by id (crate::cgroup_id), opened at the first followed directory; None
+    /// before, or where the kernel refused it (then a charge of an unknown cgroup rescans
+    /// every followed container's tree, at most once a second).
+    ids: Option<crate::cgroup_id::CgroupIds>,
+    ids_failed: bool,
+    /// Followed containers' own cgroup ids → container id: a walk below a container stops at
+    /// another followed container's cgroup (the nearest container wins).
+    own: HashMap<u64, String>,
     /// container id → container (perf charges container ids).
     by_id: BTreeMap<String, Arc<ContainerMeta>>,
     /// CPU ns per container since the last header line, and slots or reads drained.
@@ -182,6 +195,9 @@ impl PmuColumns {
             dirs: BTreeMap::new(),
             unknown: Default::default(),
             last_rescan: None,
+            ids: None,
+            ids_failed: false,
+            own: HashMap::new(),
             by_id: BTreeMap::new(),
             cpu_ns: BTreeMap::new(),
             reads: 0,
@@ -259,14 +275,48 @@ impl PmuColumns {
         }
     }
 
-    /// The container charged for a cgroup id: a rescan (at most once a second) finds cgroups
-    /// created below followed containers since the last one.
+    /// The container charged for a cgroup id: the nearest followed container among the
+    /// cgroup's ancestors, by id (crate::cgroup_id); where the kernel does not give cgroups
+    /// by id, a rescan (at most once a second) finds cgroups created below followed
+    /// containers since the last one.
     fn owner(&mut self, cgroup_id: u64) -> Option<Arc<ContainerMeta>> {
         if let Some(m) = self.by_cgroup.get(&cgroup_id) {
             return Some(m.clone());
         }
         if self.unknown.contains(&cgroup_id) || self.dirs.is_empty() {
             return None;
+        }
+        if let Some(ids) = self.ids.as_ref().filter(|_| !self.ids_failed) {
+            // Every cgroup of the host that runs gets here once: bounded all the same.
+            if self.unknown.len() >= MAX_UNKNOWN {
+                self.unknown.clear();
+            }
+            match ids.ancestry(cgroup_id, MAX_NESTING) {
+                Ok(chain) => {
+                    let m = chain[1..].iter().find_map(|a| self.by_cgroup.get(a)).cloned();
+                    match &m {
+                        Some(m) => {
+                            self.by_cgroup.insert(cgroup_id, m.clone());
+                        }
+                        None => {
+                            self.unknown.insert(cgroup_id);
+                        }
+                    }
+                    return m;
+                }
+                // Removed since it ran: a short-lived cgroup no one can place now.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE | libc::ENOENT)) => {
+                    self.unknown.insert(cgroup_id);
+                    return None;
+                }
+                Err(e) => {
+                    cachescope_platform::say!(
+                        "cgroups by id: {e}; cgroups created inside containers are found by rescanning their trees"
+                    );
+                    self.ids_failed = true;
+                    self.unknown.clear();
+                }
+            }
         }
         if self.last_rescan.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             self.rescan();
@@ -276,6 +326,26 @@ impl PmuColumns {
         }
         self.unknown.insert(cgroup_id);
         None
+    }
+
+    /// Map the cgroups below `dir` (a followed container's) to it, down to another followed
+    /// container's cgroup, which keeps its own.
+    fn walk(&mut self, dir: std::path::PathBuf, meta: &Arc<ContainerMeta>) {
+        use std::os::unix::fs::MetadataExt;
+        let mut stack = vec![(dir, 0usize)];
+        while let Some((d, depth)) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                if !m.is_dir() || depth >= MAX_NESTING || self.own.contains_key(&m.ino()) {
+                    continue;
+                }
+                self.by_cgroup.insert(m.ino(), meta.clone());
+                self.unknown.remove(&m.ino());
+                self.adopt(m.ino(), meta);
+                stack.push((e.path(), depth + 1));
+            }
+        }
     }
 
     /// A cgroup now held by `meta`: its orphan slots become its samples (for the next drain).
@@ -373,15 +443,31 @@ impl PmuSource for PmuColumns {
                     }
                     self.ticked.insert(c.id().to_string(), cg);
                 }
-                if let Some(cg) = c.cgroup_id {
+                if let Some(cg) = own {
+                    self.own.insert(cg, c.id().to_string());
                     self.by_cgroup.insert(cg, c.meta.clone());
+                    self.unknown.remove(&cg);
                     self.adopt(cg, &c.meta);
                 }
                 if let Some(dir) = &c.dir {
                     self.dirs.insert(c.id().to_string(), (dir.clone(), c.meta.clone()));
-                    // Its own cgroups below (a container's processes often live in one).
-                    self.last_rescan = None;
-                    self.unknown.clear();
+                    if self.ids.is_none() && !self.ids_failed {
+                        match crate::cgroup_id::CgroupIds::on(dir) {
+                            Ok(ids) => self.ids = Some(ids),
+                            Err(e) => {
+                                cachescope_platform::say!("cgroups by id at {}: {e}", dir.display());
+                                self.ids_failed = true;
+                            }
+                        }
+                    }
+                    if self.ids.is_some() && !self.ids_failed {
+                        // Its own cgroups below now (a container's processes often live in
+                        // one); those made later are found by id when they are charged.
+                        self.walk(dir.clone(), &c.meta);
+                    } else {
+                        self.last_rescan = None;
+                        self.unknown.clear();
+                    }
                 }
             }
             Source::Perf(col) => {
@@ -443,6 +529,7 @@ impl PmuSource for PmuColumns {
             }
         }
         self.by_cgroup.retain(|_, m| m.id != id);
+        self.own.retain(|_, c| c != id);
         self.dirs.remove(id);
         self.by_id.remove(id);
         self.cpu_ns.remove(id);

@@ -20,6 +20,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/attrib.skel.rs"));
 }
 
+mod cgroup_id;
 pub mod columns;
 mod libbpf_log;
 

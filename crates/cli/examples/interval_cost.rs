@@ -105,6 +105,8 @@ fn main() -> anyhow::Result<()> {
         duration: Some(Duration::from_secs(secs)),
         virtual_time: true,
         status_every: Duration::from_secs(1),
+        // As the recorder: CACHESCOPE_READ=every-interval reads every container every interval.
+        every_interval: std::env::var("CACHESCOPE_READ").is_ok_and(|v| v == "every-interval"),
         stop: Arc::new(AtomicBool::new(false)),
     };
     let sum = cachescope_engine::run(parts, &opts)?;

@@ -488,6 +488,18 @@ impl Opened {
 /// How long the end of a run waits for its last files' uploads.
 const UPLOAD_DRAIN: Duration = Duration::from_secs(10);
 
+/// `CACHESCOPE_READ` (docs/cli.md, a diagnostic for comparing costs): `quiet`, the default
+/// (an interval reads who ran and a keyframe share), or `every-interval` (every container at
+/// every interval, as before 2026-11-29).
+fn every_interval() -> Result<bool, CliError> {
+    match std::env::var("CACHESCOPE_READ") {
+        Err(_) => Ok(false),
+        Ok(v) if v == "quiet" => Ok(false),
+        Ok(v) if v == "every-interval" => Ok(true),
+        Ok(v) => Err(CliError::input(format!("CACHESCOPE_READ: {v:?} is neither \"quiet\" nor \"every-interval\""))),
+    }
+}
+
 /// How long batched backends sleep between wake-ups.
 const BATCH: Duration = Duration::from_millis(50);
 /// The kernel module's ring holds seconds of records: draining every 100 ms costs each wake-up
@@ -535,6 +547,7 @@ pub fn run(args: &Common, outs: &Outputs) -> Result<(), CliError> {
         duration: args.duration,
         virtual_time: b.virtual_time,
         status_every: args.print_every,
+        every_interval: every_interval()?,
         stop,
     };
     let parts = Parts { backend: b.backend, containers: b.containers, pmu: b.pmu, world: b.world, sinks };

@@ -48,6 +48,9 @@ pub struct Options {
     pub virtual_time: bool,
     /// How often sinks get the run's status.
     pub status_every: Duration,
+    /// Read every container at every interval, even where the PMU source says who ran
+    /// ([`crate::quiet`] off: a diagnostic, `CACHESCOPE_READ=every-interval`).
+    pub every_interval: bool,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -502,7 +505,7 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         deferred: VecDeque::new(),
         born: FastMap::default(),
         leaving: Vec::new(),
-        quiet: (counted.cpu_ns && !info.moves_without_tasks).then(|| Quiet::new(opts.interval)),
+        quiet: (counted.cpu_ns && !info.moves_without_tasks && !opts.every_interval).then(|| Quiet::new(opts.interval)),
         lag: match info.sampling {
             Sampling::Tick | Sampling::Kernel => 2 * drain_every + opts.interval,
             Sampling::Virtual | Sampling::Unsupported => Duration::ZERO,

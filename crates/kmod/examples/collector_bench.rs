@@ -100,6 +100,7 @@ fn run(secs: u64, batch_ms: u64) -> (f64, f64) {
         duration: Some(Duration::from_secs(secs)),
         virtual_time: false,
         status_every: Duration::from_secs(1),
+        every_interval: false,
         stop: Arc::new(AtomicBool::new(false)),
     };
     let (c0, w0) = (cachescope_platform::clock::process_cpu(), Instant::now());

@@ -244,6 +244,7 @@ fn main() {
         duration: Some(Duration::from_secs(5)),
         virtual_time: false,
         status_every: Duration::from_secs(1),
+        every_interval: false,
         stop: Arc::new(AtomicBool::new(false)),
     };
     let (c0, w0) = (cachescope_platform::clock::process_cpu(), Instant::now());

@@ -238,6 +238,7 @@ fn engine_run(k: &FakeKernel, duration: Option<Duration>, stop: Arc<AtomicBool>)
         duration,
         virtual_time: false,
         status_every: Duration::from_secs(1),
+        every_interval: false,
         stop,
     };
     cachescope_engine::run(parts, &opts).unwrap();

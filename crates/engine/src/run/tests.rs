@@ -186,6 +186,7 @@ fn opts(interval_ms: u64, duration_ms: u64) -> Options {
         duration: Some(Duration::from_millis(duration_ms)),
         virtual_time: true,
         status_every: Duration::from_millis(20),
+        every_interval: false,
         stop: Arc::new(AtomicBool::new(false)),
     }
 }
