@@ -35,14 +35,14 @@
 # emulated), so runs per second are the comparable figure there; every-cpu is skipped above
 # 16 vCPUs, where TCG cannot deliver its ticks.
 #
-# Usage: scripts/bench-cost.sh [SECONDS [RUNS]]; CONTAINERS="1 2 100 1000 10000" (default),
+# Usage: scripts/bench-cost.sh [SECONDS [RUNS]]; CONTAINERS="1 2 10 100 1000 10000" (default),
 # PATHS, COLLECTOR=0 and VCPUS="" (skips the guests) narrow it; CACHESCOPE=PATH measures
 # that binary instead of this tree's release build (an older one says nothing of its eBPF
 # time: its column reads 0; nor of its reads: read % is blank).
 set -euo pipefail
 secs=${1:-10}
 runs=${2:-3}
-sizes=${CONTAINERS:-1 2 100 1000 10000}
+sizes=${CONTAINERS:-1 2 10 100 1000 10000}
 paths=${PATHS:-none emu-host}
 vcpus=${VCPUS-2 16 64}
 cd "$(dirname "$0")/.."
@@ -175,11 +175,12 @@ if [ "${COLLECTOR:-1}" != 0 ]; then
   printf "%-8s %16s %16s %7s\n" cgroups "cachescope %" "collector %" ratio
   for n in ${COLLECTOR_SIZES:-1 2 100}; do
     # The first n of the cgroups made above (they are kept), two busy.
-    sel=$(for i in $(seq 0 $((n - 1))); do printf '%s/c%05d,' "cachescope-bench-$$" "$i"; done)
+    sel=()
+    for i in $(seq 0 $((n - 1))); do sel+=("$(printf '%s/c%05d' "cachescope-bench-$$" "$i")"); done
     [ "$have" -ge "$n" ] || cgroups "$n"
     : >"$work/pairs"
     for _ in $(seq "$runs"); do
-      ours=$(measure --backend none --containers "${sel%,}" | awk '{ print $1 + $2 }')
+      ours=$(measure --backend none --containers "${sel[@]}" | awk '{ print $1 + $2 }')
       theirs=$(collector_measure "$secs" "$work/collector")
       echo "$ours $theirs" >>"$work/pairs"
     done
