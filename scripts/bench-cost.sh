@@ -186,7 +186,7 @@ if [ "${COLLECTOR:-1}" != 0 ]; then
     done
     o=$(cut -d' ' -f1 "$work/pairs" | median)
     t=$(cut -d' ' -f2 "$work/pairs" | median)
-    awk -v n="$n" -v o="$o" -v t="$t" 'BEGIN { printf "%-8d %16.2f %16.2f %7.3f\n", n, o, t, t > 0 ? o / t : 0 }'
+    awk -v n="$n" -v o="$o" -v t="$t" 'BEGIN { printf "%-8d %16.2f %16.2f %7.3f\n", n, o, t, (t > 0 ? o / t : 0) }'
   done
 fi
 
