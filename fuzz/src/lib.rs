@@ -49,6 +49,7 @@ fn exercise_platform(p: EmuPlatform) {
         sampling: Sampling::Virtual,
         emulated: None,
         upkeep_every: Duration::from_millis(10),
+        moves_without_tasks: false,
         metadata: Vec::new(),
     };
     let mut b = MsrBackend::new(p.clone(), caps, &p.domains(), cfg, None, info);
@@ -58,7 +59,7 @@ fn exercise_platform(p: EmuPlatform) {
     }
     p.advance(Duration::from_millis(2));
     let mut raw = Vec::new();
-    let _ = b.collect(Duration::from_millis(2), &|_| true, &mut raw);
+    let _ = b.collect(Duration::from_millis(2), cachescope_engine::Read::All, &mut raw);
     let _ = b.upkeep(Duration::from_millis(2), &NoSource);
     let _ = b.shutdown();
 }
@@ -215,7 +216,7 @@ pub fn kmod_records(data: &[u8]) {
     let mut raw = Vec::new();
     let mut drain = |b: &mut cachescope_kmod::KmodBackend, step: u64| {
         raw.clear();
-        if b.collect(Duration::from_millis(step), &|_| true, &mut raw).is_ok() {
+        if b.collect(Duration::from_millis(step), cachescope_engine::Read::All, &mut raw).is_ok() {
             for s in raw.drain(..) {
                 let _ = derive.row(s, Duration::from_millis(1));
             }
