@@ -215,16 +215,14 @@ impl State {
             w.advance(at, &self.ran);
         }
         let began = thread_cpu();
-        let (budget, join, fresh, stopped, domains) =
-            (&self.budget, &self.join, &self.fresh, &self.stopped, &self.domains);
-        if !stopped.is_empty() {
-            self.p.backend.stopping(stopped);
+        if !self.stopped.is_empty() {
+            self.p.backend.stopping(&self.stopped);
         }
         if let Some(q) = self.quiet.as_mut() {
             // Quiet: the keyframe share, the new, the stopping, and who ran (batched: in the
             // step; read at the tick: lately, as the slots drained so far say).
             q.begin(at);
-            fresh.iter().chain(stopped.iter()).for_each(|id| q.add_id(id));
+            self.fresh.iter().chain(self.stopped.iter()).for_each(|id| q.add_id(id));
             if self.lag.is_zero() {
                 self.ran.iter().for_each(|r| q.add(&r.id));
             } else {
@@ -232,15 +230,20 @@ impl State {
             }
             self.quiet_reads += q.visit().len() as u64;
             self.quiet_followed += q.followed() as u64;
-            self.p.backend.collect(at, Read::Only(q.visit()), &mut self.raw).map_err(part("backend"))?;
-        } else {
-            // Under overload, who is read this interval (crate::budget); the new and the
-            // stopping always are. Containers without an RMID get their rows on the same terms.
-            let cpu = self.counted.cpu_ns;
-            let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
-            let read = |id: &str| budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id);
-            self.p.backend.collect(at, Read::Wanted(&read), &mut self.raw).map_err(part("backend"))?;
         }
+        // Who is read this interval: quiet, those above; else every container but under
+        // overload (crate::budget), the new and the stopping always. Containers without an
+        // RMID get their rows on the same terms.
+        let (budget, join, fresh, stopped, domains, quiet) =
+            (&self.budget, &self.join, &self.fresh, &self.stopped, &self.domains, &self.quiet);
+        let cpu = self.counted.cpu_ns;
+        let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
+        let read = |id: &str| match quiet {
+            Some(q) => q.contains(id),
+            None => budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id),
+        };
+        let which = quiet.as_ref().map_or(Read::Wanted(&read), |q| Read::Only(q.visit()));
+        self.p.backend.collect(at, which, &mut self.raw).map_err(part("backend"))?;
         for s in self.raw.drain(..) {
             // Rows keep their sample's time (the kernel's, for backends sampled there): the
             // PMU columns joined to them are those of that instant.
@@ -256,27 +259,13 @@ impl State {
         let start_real = self.derive.start_real_ns();
         let (born, step) = (&self.born, self.step);
         let since = |id: &str| since(born, step, id);
-        let (budget, fresh, stopped, domains, quiet) =
-            (&self.budget, &self.fresh, &self.stopped, &self.domains, &self.quiet);
-        let cpu = self.counted.cpu_ns;
-        let join = &self.join;
         let waiting = self.slots.waiting();
         let rows_for: Vec<&crate::slots::Waiting> = match quiet {
             // Looked up by the few read: thousands may wait where RMIDs are few.
             Some(q) if waiting.len() > q.visit().len() => {
                 q.visit().iter().filter_map(|id| waiting.get(&**id)).collect()
             }
-            Some(q) => waiting.values().filter(|w| q.contains(w.container.id())).collect(),
-            None => {
-                let ran = |id: &str| cpu.then(|| domains.iter().any(|&d| join.peek(id, d, from, to).cpu_ns > 0));
-                waiting
-                    .values()
-                    .filter(|w| {
-                        let id = w.container.id();
-                        budget.wants(id, || ran(id)) || fresh.contains(id) || stopped.iter().any(|s| s == id)
-                    })
-                    .collect()
-            }
+            _ => waiting.values().filter(|w| read(w.container.id())).collect(),
         };
         for w in rows_for {
             for &domain in domains {
