@@ -46,6 +46,8 @@ sizes=${CONTAINERS:-1 2 10 100 1000 10000}
 paths=${PATHS:-none emu-host}
 vcpus=${VCPUS-2 16 64}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cgroups.sh
+. scripts/lib/cgroups.sh
 [ "$(id -u)" = 0 ] || { echo "bench-cost.sh: run as root (cgroups, eBPF)" >&2; exit 2; }
 if [ -n "${CACHESCOPE:-}" ]; then
   bin=$(realpath "$CACHESCOPE")
@@ -59,13 +61,7 @@ work=$(mktemp -d)
 stats_was=$(cat /proc/sys/kernel/bpf_stats_enabled)
 cleanup() {
   echo "$stats_was" >/proc/sys/kernel/bpf_stats_enabled
-  for d in "$base"/*/; do
-    [ -d "$d" ] || continue
-    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$d/cgroup.procs"
-  done
-  sleep 0.3
-  for d in "$base"/*/; do [ -d "$d" ] && rmdir "$d" 2>/dev/null || true; done
-  rmdir "$base" 2>/dev/null || true
+  remove_cgroups "$base"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -76,17 +72,8 @@ have=0
 cgroups() {
   mkdir -p "$base"
   while [ "$have" -lt "$1" ]; do
-    d=$base/c$(printf %05d "$have")
-    mkdir "$d"
-    if [ "$have" -lt 2 ]; then
-      # shellcheck disable=SC2016 # $$ is the child's
-      sh -c 'echo $$ >"$1/cgroup.procs"; exec sh -c "while :; do :; done"' sh "$d" >/dev/null 2>&1 &
-      disown
-    else
-      # shellcheck disable=SC2016
-      sh -c 'echo $$ >"$1/cgroup.procs"; exec sleep 100000' sh "$d" >/dev/null 2>&1 &
-      disown
-    fi
+    if [ "$have" -lt 2 ]; then kind=busy; else kind=idle; fi
+    cgroup_with "$base/c$(printf %05d "$have")" "$kind"
     have=$((have + 1))
   done
   sleep 1

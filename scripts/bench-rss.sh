@@ -8,6 +8,8 @@ set -euo pipefail
 n=${1:-10000}
 minutes=${2:-60}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cgroups.sh
+. scripts/lib/cgroups.sh
 [ "$(id -u)" = 0 ] || { echo "bench-rss.sh: run as root (cgroups, eBPF)" >&2; exit 2; }
 if [ -n "${CACHESCOPE:-}" ]; then
   bin=$(realpath "$CACHESCOPE")
@@ -20,28 +22,14 @@ base=$cg/cachescope-rss-$$
 work=$(mktemp -d)
 cleanup() {
   [ -n "${rec:-}" ] && kill "$rec" 2>/dev/null || true
-  for d in "$base"/*/; do
-    [ -d "$d" ] || continue
-    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$d/cgroup.procs"
-  done
-  sleep 0.5
-  for d in "$base"/*/; do rmdir "$d" 2>/dev/null || true; done
-  rmdir "$base" 2>/dev/null || true
+  remove_cgroups "$base"
   rm -rf "$work"
 }
 trap cleanup EXIT
 mkdir -p "$base"
 for i in $(seq 0 $((n - 1))); do
-  d=$base/c$(printf %05d "$i")
-  mkdir "$d"
-  if [ "$i" -lt 2 ]; then
-    # shellcheck disable=SC2016 # $$ is the child's
-    sh -c 'echo $$ >"$1/cgroup.procs"; exec sh -c "while :; do :; done"' sh "$d" >/dev/null 2>&1 &
-  else
-    # shellcheck disable=SC2016
-    sh -c 'echo $$ >"$1/cgroup.procs"; exec sleep 1000000' sh "$d" >/dev/null 2>&1 &
-  fi
-  disown
+  if [ "$i" -lt 2 ]; then kind=busy; else kind=idle; fi
+  cgroup_with "$base/c$(printf %05d "$i")" "$kind"
 done
 sleep 2
 "$bin" record --backend none --containers "cachescope-rss-$$/*" --interval 1ms --duration "${minutes}m" \

@@ -12,6 +12,8 @@
 set -euo pipefail
 minutes=${1:-3}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cgroups.sh
+. scripts/lib/cgroups.sh
 [ "$(id -u)" = 0 ] || { echo "soak: needs root"; exit 2; }
 cg=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
 [ -n "$cg" ] || { echo "soak: no cgroup v2"; exit 2; }
@@ -25,13 +27,7 @@ echo "+cpu" >"$sandbox/cgroup.subtree_control" 2>/dev/null || true
 cleanup() {
   kill "$churn_pid" 2>/dev/null || true
   wait 2>/dev/null || true
-  for d in "$sandbox"/*/; do
-    [ -d "$d" ] || continue
-    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$d/cgroup.procs"
-  done
-  sleep 0.3
-  for d in "$sandbox"/*/; do rmdir "$d" 2>/dev/null || true; done
-  rmdir "$sandbox" 2>/dev/null || true
+  remove_cgroups "$sandbox"
   rm -rf "$work"
 }
 trap cleanup EXIT

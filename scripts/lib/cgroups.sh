@@ -1,0 +1,29 @@
+# shellcheck shell=bash
+# Sourced by the benchmarks and the soak: cgroups made for a run and removed after it.
+
+# cgroup_with DIR busy|idle: make cgroup DIR holding one process: a busy loop, or a sleep.
+cgroup_with() {
+  mkdir "$1"
+  if [ "$2" = busy ]; then
+    # shellcheck disable=SC2016 # $$ is the child's
+    sh -c 'echo $$ >"$1/cgroup.procs"; exec sh -c "while :; do :; done"' sh "$1" >/dev/null 2>&1 &
+  else
+    # shellcheck disable=SC2016
+    sh -c 'echo $$ >"$1/cgroup.procs"; exec sleep 1000000' sh "$1" >/dev/null 2>&1 &
+  fi
+  disown
+}
+
+# remove_cgroups DIR: kill the processes of DIR's child cgroups, then remove them and DIR.
+remove_cgroups() {
+  local d p
+  for d in "$1"/*/; do
+    [ -d "$d" ] || continue
+    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$d/cgroup.procs"
+  done
+  sleep 0.5
+  for d in "$1"/*/; do
+    if [ -d "$d" ]; then rmdir "$d" 2>/dev/null || true; fi
+  done
+  rmdir "$1" 2>/dev/null || true
+}
