@@ -275,7 +275,8 @@ impl Watcher {
     }
 
     /// Directories searched without a watch (the inotify watch limit was reached): changes
-    /// below them are seen at the periodic reconcile only.
+    /// below them are seen at the periodic reconcile only, at most [`UNWATCHED_RECONCILE`]
+    /// apart.
     pub fn unwatched(&self) -> usize {
         self.unwatched.load(Ordering::Relaxed)
     }
@@ -303,6 +304,9 @@ impl Drop for Watcher {
     }
 }
 
+/// The longest wait for a full walk while some directories are searched without a watch.
+pub const UNWATCHED_RECONCILE: Duration = Duration::from_secs(10);
+
 fn run(
     mut st: State,
     (stop, watches, unwatched): (Arc<AtomicBool>, Arc<AtomicUsize>, Arc<AtomicUsize>),
@@ -326,7 +330,9 @@ fn run(
                 st.handle(&wd, mask, name)?;
             }
         }
-        if last_reconcile.elapsed() >= reconcile_every {
+        // Changes below an unwatched directory are found by the walk only: it comes sooner.
+        let every = if st.unwatched > 0 { reconcile_every.min(UNWATCHED_RECONCILE) } else { reconcile_every };
+        if last_reconcile.elapsed() >= every {
             st.reconcile()?;
             last_reconcile = Instant::now();
         }

@@ -1,5 +1,6 @@
-//! What an interval costs with N followed containers of which some ran, through the engine
-//! and the recorder (sparse rows, the Parquet encoder), on the `none` path: the instruction
+//! What an interval costs with N followed containers of which some ran, through the engine,
+//! the live noisy-neighbour finder and the recorder (sparse rows, the Parquet encoder), as
+//! `record` runs them on the `none` path: the instruction
 //! guard of crates/cli/tests/instructions.rs runs this under callgrind, and `perf stat` or
 //! `time` can run it too. The PMU source is a stand-in that reports, for each 1 ms slot, 1 ms
 //! of CPU for each container that ran (eBPF's slots, without the kernel).
@@ -11,6 +12,7 @@ use cachescope_engine::backend::Unsupported;
 use cachescope_engine::containers::{Change, Container, ContainerSource};
 use cachescope_engine::pmu::{Counted, PmuSample, PmuSource};
 use cachescope_engine::{ContainerMeta, Options, PartResult, Parts, Sink};
+use cachescope_report::live::FinderSink;
 use cachescope_sinks::run_sinks::{RecordOptions, RecordSink};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -97,7 +99,10 @@ fn main() -> anyhow::Result<()> {
         containers: Box::new(AllAtOnce(metas, false)),
         pmu: Some(Box::new(pmu)),
         world: None,
-        sinks: vec![Box::new(record) as Box<dyn Sink>],
+        sinks: vec![
+            Box::new(FinderSink::new(cachescope_sinks::noisy::Board::shared())) as Box<dyn Sink>,
+            Box::new(record),
+        ],
     };
     let opts = Options {
         interval: Duration::from_millis(1),

@@ -2,49 +2,10 @@
 //! run's sinks, so the others see what it found), and the log of episode starts and ends
 //! (`--events FILE|-`, and the recording's episodes file) as another.
 
-use cachescope_engine::{Flow, OutputError, Row, RunStatus, Sink};
-use cachescope_report::live::LiveFinder;
+use cachescope_engine::{Flow, OutputError, Row, Sink};
+pub use cachescope_report::live::FinderSink;
 use cachescope_sinks::noisy::SharedBoard;
 use std::io::Write;
-
-/// The live finder, fed the run's rows.
-pub struct FinderSink {
-    finder: LiveFinder,
-    board: SharedBoard,
-}
-
-impl FinderSink {
-    pub fn new(board: SharedBoard) -> FinderSink {
-        FinderSink { finder: LiveFinder::new(board.clone()), board }
-    }
-}
-
-impl Sink for FinderSink {
-    fn rows(&mut self, rows: &[Row]) -> Flow {
-        self.finder.rows(rows);
-        Flow::Continue
-    }
-
-    fn status(&mut self, st: &RunStatus) -> Flow {
-        self.finder.set_l3(&st.l3_bytes);
-        Flow::Continue
-    }
-
-    fn forget(&mut self, id: &str) {
-        self.finder.forget(id);
-    }
-
-    fn finish(&mut self) -> Result<Vec<String>, OutputError> {
-        self.finder.finish();
-        let b = self.board.lock().unwrap_or_else(|p| p.into_inner());
-        let n: u64 = b.totals.values().sum();
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let per: Vec<String> = b.totals.iter().map(|(d, n)| format!("L3 {d}: {n}")).collect();
-        Ok(vec![format!("noisy-neighbour episodes found live: {n} ({})", per.join(", "))])
-    }
-}
 
 /// A file made at its first write (a run without an episode leaves none): in the output
 /// directory, so as its other files are, never following a symlink, never over a file, 0640.
