@@ -72,8 +72,9 @@ fn callgrind(cmd: &mut Command) -> u64 {
 
 /// Cost follows activity (issue 42): 1,000 followed containers for 1 s at 1 ms, once with
 /// none of them running and once with all of them running (examples/interval_cost.rs: the
-/// engine, the live finder and the recorder on the `none` path, a stand-in for eBPF's slots), each against
-/// its count in tests/data/interval-instructions.txt: more than 20 % over it fails. The idle
+/// engine, the live finder and the recorder on the `none` path, a stand-in for eBPF's
+/// slots), each against its count in tests/data/interval-instructions.txt: more than 20 %
+/// over it fails. The idle
 /// case is what quiet intervals buy (each interval reads who ran and a keyframe share); the
 /// busy case is the per-row path, which they must not make dearer.
 #[test]
