@@ -52,7 +52,7 @@ cd "$(dirname "$0")/.."
 if [ -n "${CACHESCOPE:-}" ]; then
   bin=$(realpath "$CACHESCOPE")
 else
-  bin=$(scripts/build.sh)/cachescope
+  bin=$(scripts/build.sh)
 fi
 cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$cg" ] || { echo "bench-cost.sh: no cgroup v2 mounted" >&2; exit 2; }
