@@ -152,6 +152,8 @@ pub struct Join {
     /// The containers that ran (a slot with CPU time or a count), and the end of the latest
     /// such slot: who ran in an interval is found here, without looking at every container.
     ran: crate::FastMap<Arc<str>, Duration>,
+    /// CPU time each container that ran was charged so far, in ns.
+    cpu: crate::FastMap<Arc<str>, u64>,
 }
 
 /// A container that ran in a step, on one domain, and its counts there.
@@ -170,6 +172,14 @@ impl Join {
     pub fn forget(&mut self, id: &str) {
         self.slots.remove(id);
         self.ran.remove(id);
+        self.cpu.remove(id);
+    }
+
+    /// CPU time a followed container was charged so far, in µs, as its cgroup's `cpu.stat`
+    /// would say since it was followed: the RMID policy's measure where the PMU source counts
+    /// CPU time, without a file read per container.
+    pub fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
+        self.slots.contains_key(id).then(|| self.cpu.get(id).copied().unwrap_or(0) / 1000)
     }
 
     pub fn push(&mut self, samples: &mut Vec<PmuSample>) {
@@ -179,6 +189,14 @@ impl Join {
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
             doms.entry(s.domain).or_default().push_back((s.end, t));
+            if t.cpu_ns > 0 {
+                match self.cpu.get_mut(s.container.id.as_str()) {
+                    Some(c) => *c += t.cpu_ns,
+                    None => {
+                        self.cpu.insert(Arc::from(s.container.id.as_str()), t.cpu_ns);
+                    }
+                }
+            }
             if t.cpu_ns > 0 || t.values.iter().any(|&v| v > 0) {
                 match self.ran.get_mut(s.container.id.as_str()) {
                     Some(until) => *until = (*until).max(s.end),

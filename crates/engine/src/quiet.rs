@@ -62,6 +62,11 @@ impl Quiet {
         self.bucket.insert(id, b);
     }
 
+    /// Whether its CPU time is counted (it was followed as such).
+    pub fn counted(&self, id: &str) -> bool {
+        self.bucket.contains_key(id) && !self.always.iter().any(|x| &**x == id)
+    }
+
     pub fn forget(&mut self, id: &str) {
         let Some(b) = self.bucket.remove(id) else { return };
         if let Some(i) = self.wheel[b].iter().position(|x| &**x == id) {

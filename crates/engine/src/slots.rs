@@ -154,12 +154,21 @@ impl Slots {
 
     /// Measure CPU use, let the backend do its upkeep, give free RMIDs to the busiest waiting
     /// containers, and swap idle monitored containers for busy waiting ones.
-    pub fn upkeep(&mut self, backend: &mut dyn CacheBackend, src: &dyn ContainerSource, now: Duration) -> PartResult {
+    ///
+    /// `cpu` gives a container's CPU time so far in µs: the PMU source's, where it counts
+    /// CPU time, else the cgroup's `cpu.stat` ([`ContainerSource::cpu_usage_usec`]).
+    pub fn upkeep(
+        &mut self,
+        backend: &mut dyn CacheBackend,
+        src: &dyn ContainerSource,
+        now: Duration,
+        cpu: &dyn Fn(&str) -> Option<u64>,
+    ) -> PartResult {
         // CPU use only decides who of the waiting gets an RMID, and whom they replace: with
         // no one waiting it is not read (a file per container, 10,000 of them each upkeep).
         let followed = if self.waiting.is_empty() { 0 } else { self.held.len() + self.waiting.len() };
         for id in self.held.keys().chain(self.waiting.keys()).take(followed) {
-            if let Some(u) = src.cpu_usage_usec(id) {
+            if let Some(u) = cpu(id) {
                 if let Some((pu, pt)) = self.cpu_prev.insert(id.clone(), (u, now)) {
                     let dt = now.saturating_sub(pt).as_secs_f64();
                     if dt > 0.0 {

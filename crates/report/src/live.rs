@@ -38,9 +38,102 @@ struct Bucket {
     instructions: f64,
 }
 
+/// A series' buckets as runs of equal ones, oldest first: an idle container's window is one
+/// run, not [`WINDOW`] buckets (at [`MAX_SERIES`] series, 2048 × 512 × 48 bytes of
+/// buckets held 50 MB).
+#[derive(Default)]
+struct Runs {
+    runs: VecDeque<(Bucket, u32)>,
+    /// Buckets held: the runs' lengths summed.
+    held: usize,
+}
+
+impl Runs {
+    fn last(&self) -> Option<&Bucket> {
+        self.runs.back().map(|(b, _)| b)
+    }
+
+    /// `n` more buckets of `b`, the oldest beyond `keep` dropped.
+    fn push(&mut self, b: Bucket, n: usize, keep: usize) {
+        let n = n.min(keep);
+        match self.runs.back_mut() {
+            Some((last, len)) if *last == b => *len += n as u32,
+            _ => self.runs.push_back((b, n as u32)),
+        }
+        self.held += n;
+        while self.held > keep {
+            let over = self.held - keep;
+            let Some(front) = self.runs.front_mut() else { break };
+            if front.1 as usize <= over {
+                self.held -= front.1 as usize;
+                self.runs.pop_front();
+            } else {
+                front.1 -= over as u32;
+                self.held -= over;
+            }
+        }
+    }
+
+    /// The run holding the bucket `i` back from the newest (0: the newest), and where in it.
+    fn find(&self, i: usize) -> Option<(usize, usize)> {
+        let mut from_back = 0;
+        for (r, (_, len)) in self.runs.iter().enumerate().rev() {
+            let len = *len as usize;
+            if i < from_back + len {
+                return Some((r, from_back + len - 1 - i));
+            }
+            from_back += len;
+        }
+        None
+    }
+
+    /// The bucket `i` back from the newest.
+    fn get(&self, i: usize) -> Option<Bucket> {
+        self.find(i).map(|(r, _)| self.runs[r].0)
+    }
+
+    /// Sets the bucket `i` back from the newest to `b`: its run split around it, and merged
+    /// with a neighbour that equals it.
+    fn set(&mut self, i: usize, b: Bucket) {
+        let Some((r, at)) = self.find(i) else { return };
+        let (old, len) = self.runs[r];
+        if old == b {
+            return;
+        }
+        let (before, after) = (at as u32, len - at as u32 - 1);
+        let mut pieces = Vec::with_capacity(3);
+        if before > 0 {
+            pieces.push((old, before));
+        }
+        pieces.push((b, 1));
+        if after > 0 {
+            pieces.push((old, after));
+        }
+        self.runs.remove(r);
+        for (j, p) in pieces.into_iter().enumerate() {
+            self.runs.insert(r + j, p);
+        }
+        // Equal neighbours merged: from the run before the split to the one after it.
+        let mut j = r.saturating_sub(1);
+        while j + 1 < self.runs.len() && j <= r + 2 {
+            if self.runs[j].0 == self.runs[j + 1].0 {
+                self.runs[j].1 += self.runs[j + 1].1;
+                self.runs.remove(j + 1);
+            } else {
+                j += 1;
+            }
+        }
+    }
+
+    /// The buckets held, oldest first.
+    fn iter(&self) -> impl Iterator<Item = Bucket> + '_ {
+        self.runs.iter().flat_map(|(b, n)| std::iter::repeat_n(*b, *n as usize))
+    }
+}
+
 struct Series {
     name: String,
-    buckets: VecDeque<Bucket>,
+    buckets: Runs,
     /// The grid index of the last bucket held.
     back: i64,
     /// Its occupancy now, carried forward (rows are sparse).
@@ -62,67 +155,71 @@ impl Series {
         Bucket { occ: self.occ, bytes: self.has_bytes.then_some(0.0), ..Bucket::default() }
     }
 
+    /// The grid index of the oldest bucket held.
+    fn front(&self) -> i64 {
+        self.back - self.buckets.held as i64 + 1
+    }
+
     /// Buckets up to grid index `k`, carried forward; the oldest beyond the window dropped.
     fn extend_to(&mut self, k: i64) {
-        while self.back < k {
-            let c = self.carry();
-            if self.buckets.back() != Some(&c) {
-                self.steady = self.back + 1;
-            }
-            self.buckets.push_back(c);
-            self.back += 1;
-            if self.buckets.len() > WINDOW {
-                self.buckets.pop_front();
-            }
+        if self.back >= k {
+            return;
         }
+        let c = self.carry();
+        if self.buckets.last() != Some(&c) {
+            self.steady = self.back + 1;
+        }
+        self.buckets.push(c, (k - self.back).min(WINDOW as i64) as usize, WINDOW);
+        self.back = k;
     }
 
-    /// The bucket at grid index `k`, if the window holds it.
-    fn at(&mut self, k: i64) -> Option<&mut Bucket> {
-        let front = self.back - self.buckets.len() as i64 + 1;
-        (k >= front && k <= self.back).then(|| &mut self.buckets[(k - front) as usize])
-    }
-
-    /// A row changed the bucket at grid index `k` (one the window holds).
-    fn changed(&mut self, k: i64) {
-        let front = self.back - self.buckets.len() as i64 + 1;
+    /// Changes the bucket at grid index `k` (if the window holds it) by `f`; whether it changed.
+    fn update(&mut self, k: i64, f: impl FnOnce(&mut Bucket)) -> bool {
+        if k < self.front() || k > self.back {
+            return false;
+        }
+        let i = (self.back - k) as usize;
+        let Some(was) = self.buckets.get(i) else { return false };
+        let mut b = was;
+        f(&mut b);
+        if b == was {
+            return false;
+        }
+        self.buckets.set(i, b);
         if k < self.back {
             // The buckets after it are still alike.
             self.steady = self.steady.max(k + 1);
-        } else if k == front || self.buckets[(k - front - 1) as usize] != self.buckets[(k - front) as usize] {
+        } else if k == self.front() || self.buckets.get(i + 1) != Some(b) {
             self.steady = self.steady.max(k);
         }
+        true
     }
 
     /// Whether its values from `start` to `end` are all one bucket the window held: such a
     /// line has no rise (of any height above 0) and loses nothing, so [`find`] cannot name
     /// it, as aggressor or victim.
     fn steady_over(&self, start: i64, end: i64) -> bool {
-        let front = self.back - self.buckets.len() as i64 + 1;
         // Past its last row, every bucket is the carried one.
         start > self.back
-            || (front <= start
+            || (self.front() <= start
                 && self.steady <= start
-                && (end <= self.back || self.buckets.back().is_some_and(|b| *b == self.carry())))
+                && (end <= self.back || self.buckets.last().is_some_and(|b| *b == self.carry())))
     }
 
     /// Its values on the grid from `start` to `end` (inclusive), as a timeline line.
     fn line(&self, id: &str, start: i64, end: i64) -> Line {
-        let front = self.back - self.buckets.len() as i64 + 1;
+        let front = self.front();
         let carry = self.carry();
-        let get = |k: i64| -> Option<Bucket> {
-            if k < front {
-                None
-            } else if k <= self.back {
-                Some(self.buckets[(k - front) as usize])
-            } else {
-                Some(carry)
-            }
-        };
+        // Nothing before its first bucket, its buckets, then the carried one.
+        let skip = (start - front).max(0) as usize;
+        let gap = (front - start).clamp(0, end - start + 1) as usize;
+        let values = std::iter::repeat_n(None, gap)
+            .chain(self.buckets.iter().skip(skip).map(Some))
+            .chain(std::iter::repeat(Some(carry)))
+            .take((end - start + 1) as usize);
         let secs = BUCKET_NS as f64 / 1e9;
         let (mut occupancy, mut bandwidth, mut ipc) = (Vec::new(), Vec::new(), Vec::new());
-        for k in start..=end {
-            let b = get(k);
+        for b in values {
             occupancy.push(b.and_then(|b| b.occ));
             bandwidth.push(b.and_then(|b| b.bytes).map(|x| x / secs));
             ipc.push(b.filter(|b| b.cycles > 0.0).map(|b| b.instructions / b.cycles));
@@ -215,7 +312,7 @@ impl LiveFinder {
                 let name = r.container.name().map_or_else(|| r.container.id.clone(), String::from);
                 e.insert(Series {
                     name,
-                    buckets: VecDeque::new(),
+                    buckets: Runs::default(),
                     back: k - 1,
                     occ: None,
                     has_bytes: false,
@@ -229,20 +326,17 @@ impl LiveFinder {
         s.occ = r.llc_occupancy_bytes.map(|o| o as f64);
         s.has_bytes |= r.mbm_total_bytes.is_some();
         let occ = s.occ;
-        let Some(b) = s.at(k) else { return };
-        let was = *b;
-        b.occ = occ;
-        if let Some(m) = r.mbm_total_bytes {
-            b.bytes = Some(b.bytes.unwrap_or(0.0) + m as f64);
-        }
         let [cycles, instructions, ..] = r.pmu.values();
-        if let (Some(c), Some(i)) = (cycles, instructions) {
-            b.cycles += c as f64;
-            b.instructions += i as f64;
-        }
-        if *b != was {
-            s.changed(k);
-        }
+        s.update(k, |b| {
+            b.occ = occ;
+            if let Some(m) = r.mbm_total_bytes {
+                b.bytes = Some(b.bytes.unwrap_or(0.0) + m as f64);
+            }
+            if let (Some(c), Some(i)) = (cycles, instructions) {
+                b.cycles += c as f64;
+                b.instructions += i as f64;
+            }
+        });
     }
 
     /// A container stopped: its series end (no value carried past it).
@@ -279,8 +373,7 @@ impl LiveFinder {
     /// past `end`; a window reaching further back would begin with a gap that the finder reads
     /// as a rise from nothing.
     fn window(&self, end: i64) -> Option<(i64, i64)> {
-        let oldest =
-            self.series.values().flat_map(|d| d.values()).map(|s| s.back - s.buckets.len() as i64 + 1).min()?;
+        let oldest = self.series.values().flat_map(|d| d.values()).map(Series::front).min()?;
         let newest = self.head?.max(end);
         let start = oldest.max(newest - WINDOW as i64 + 1);
         (start <= end).then_some((start, end))
@@ -461,7 +554,7 @@ mod tests {
                 active_at.push((k / 100, board.lock().unwrap().active.len()));
             }
             for doms in f.series.values() {
-                assert!(doms.values().all(|s| s.buckets.len() <= WINDOW));
+                assert!(doms.values().all(|s| s.buckets.held <= WINDOW));
             }
         }
         f.finish();
@@ -644,6 +737,60 @@ mod tests {
         // multiple of 20 buckets here, and one trade lands on each residue).
         assert!(passes >= 400 && at_edge >= 1, "{passes} passes, {at_edge} with a trade at the window's edge");
         assert!(left_out >= 40, "steady in {left_out} passes");
+    }
+
+    /// The runs hold what a plain window of buckets would, through random pushes of carried
+    /// buckets and random changes anywhere in the window, with no two equal runs side by side.
+    #[test]
+    fn runs_hold_what_a_plain_window_holds() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let b = |v: u64| Bucket { occ: Some(v as f64), ..Bucket::default() };
+        let keep = 50;
+        let (mut runs, mut plain) = (Runs::default(), VecDeque::new());
+        for _ in 0..20_000 {
+            if rand(3) == 0 || plain.is_empty() {
+                let most = if rand(10) == 0 { 80 } else { 4 };
+                let (v, n) = (b(rand(3)), 1 + rand(most) as usize);
+                runs.push(v, n, keep);
+                for _ in 0..n.min(keep) {
+                    plain.push_back(v);
+                }
+                while plain.len() > keep {
+                    plain.pop_front();
+                }
+            } else {
+                let i = rand(plain.len() as u64) as usize;
+                let v = b(rand(3));
+                runs.set(i, v);
+                let at = plain.len() - 1 - i;
+                plain[at] = v;
+            }
+            assert_eq!(runs.held, plain.len());
+            assert_eq!(runs.iter().collect::<Vec<_>>(), plain.iter().copied().collect::<Vec<_>>());
+            assert!(runs.runs.iter().zip(runs.runs.iter().skip(1)).all(|(a, c)| a.0 != c.0 && a.1 > 0));
+            let i = rand(plain.len() as u64 + 2) as usize;
+            assert_eq!(runs.get(i), plain.len().checked_sub(i + 1).map(|at| plain[at]));
+        }
+    }
+
+    /// An idle container, read once a second for a minute, holds one run.
+    #[test]
+    fn an_idle_series_is_one_run() {
+        let mut f = LiveFinder::new(cachescope_sinks::noisy::Board::shared());
+        let c = ContainerMeta::named("idle");
+        for k in 1..=60 {
+            let mut r = row(&c, T0 + k * 1_000_000_000, 3 * MIB);
+            r.mbm_total_bytes = Some(0);
+            f.rows(&[r]);
+        }
+        let s = &f.series["idle"][&0];
+        assert_eq!((s.buckets.held, s.buckets.runs.len()), (WINDOW, 1));
     }
 
     /// More series than [`MAX_SERIES`]: the rest are left out and counted, not held.

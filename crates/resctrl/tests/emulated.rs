@@ -118,7 +118,7 @@ impl Run {
     }
 
     fn maintain(&mut self, src: &Fake, now: Duration) {
-        self.slots.upkeep(&mut self.s, src, now).unwrap();
+        self.slots.upkeep(&mut self.s, src, now, &|id| src.cpu_usage_usec(id)).unwrap();
     }
 
     fn waiting(&self, id: &str) -> Option<WaitReason> {

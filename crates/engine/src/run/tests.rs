@@ -507,3 +507,74 @@ fn a_quiet_run_read_at_the_tick_reads_who_ran_lately() {
         assert!((1..=2).contains(&reads(id)), "{id}: {} reads", reads(id));
     }
 }
+
+/// 1 ms slots of 1 ms CPU for the followed containers named in `busy`, delivered as the run
+/// drains (up to its wake-up), as eBPF's slots come.
+struct PacedPmu {
+    followed: Vec<Arc<ContainerMeta>>,
+    busy: Vec<&'static str>,
+    next: Duration,
+}
+
+impl PmuSource for PacedPmu {
+    fn describe(&self) -> String {
+        "paced".into()
+    }
+    fn counted(&self) -> Counted {
+        Counted { pmu: [false; 4], cpu_ns: true }
+    }
+    fn drain_every(&self) -> Duration {
+        Duration::from_millis(10)
+    }
+    fn follow(&mut self, c: &Container) {
+        self.followed.push(c.meta.clone());
+    }
+    fn unfollow(&mut self, id: &str) {
+        self.followed.retain(|m| m.id != id);
+    }
+    fn drain(&mut self, wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
+        while self.next < wake + Duration::from_millis(1) {
+            self.next += Duration::from_millis(1);
+            for m in self.followed.iter().filter(|m| self.busy.contains(&m.id.as_str())) {
+                out.push(PmuSample {
+                    container: m.clone(),
+                    domain: 0,
+                    end: self.next,
+                    values: [0; 4],
+                    cpu_ns: 1_000_000,
+                });
+            }
+        }
+        Ok(self.next)
+    }
+}
+
+/// RMIDs run out in a quiet run: the busy container left waiting replaces an idle one once
+/// it may (the policy's 5 s hold), judged by the CPU time the PMU source counted. The
+/// container source here knows no CPU time (no `cpu.stat` is read while the PMU counts it).
+#[test]
+fn a_quiet_run_gives_rmids_to_the_busy_by_the_cpu_time_the_pmu_counted() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let script = Script(vec![("idle0", 0, None), ("idle1", 0, None), ("busy", 0, None)], Vec::new());
+    let (mut p, kept) = parts(Box::new(Fake::new(Sampling::Virtual, 2, log.clone())), script, None, 1);
+    let next = cachescope_platform::clock::monotonic();
+    p.pmu = Some(Box::new(PacedPmu { followed: Vec::new(), busy: vec!["busy"], next }));
+    run(p, &opts(1, 6500)).unwrap();
+    let log = log.lock().unwrap();
+    let at = |what: &str| log.iter().find(|l| l.starts_with(what)).map(|l| l.rsplit(' ').next().unwrap().to_string());
+    let (detached, attached) = (at("detach idle0"), at("attach busy"));
+    assert!(
+        detached.is_some() && attached.is_some(),
+        "{:?}",
+        log.iter().filter(|l| !l.starts_with("read")).collect::<Vec<_>>()
+    );
+    let ms: u64 = attached.unwrap().parse().unwrap();
+    assert!((5000..6000).contains(&ms), "busy attached at {ms} ms");
+    let kept_to: u64 = at("detach idle1").unwrap().parse().unwrap();
+    assert!(kept_to >= 6500, "one swap, of the first idle one: idle1 kept its RMID to the end, not {kept_to} ms");
+    let k = kept[0].lock().unwrap();
+    let busy: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == "busy" && r.domain == 0).collect();
+    assert!(
+        busy.first().is_some_and(|r| r.status == Status::NoRmid) && busy.last().is_some_and(|r| r.status == Status::Ok)
+    );
+}
