@@ -27,3 +27,20 @@ remove_cgroups() {
   done
   rmdir "$1" 2>/dev/null || true
 }
+
+# remove_cgroups_from DIR N: remove DIR's cgroups cNNNNN numbered N and above (as the
+# benchmarks name them), their processes killed first.
+remove_cgroups_from() {
+  local d p
+  for d in "$1"/c*/; do
+    [ -d "$d" ] || continue
+    [ "$((10#$(basename "$d" | tr -dc 0-9)))" -ge "$2" ] || continue
+    while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$d/cgroup.procs"
+  done
+  sleep 0.5
+  for d in "$1"/c*/; do
+    [ -d "$d" ] || continue
+    [ "$((10#$(basename "$d" | tr -dc 0-9)))" -ge "$2" ] || continue
+    rmdir "$d" 2>/dev/null || true
+  done
+}
