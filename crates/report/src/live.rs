@@ -101,17 +101,17 @@ impl Runs {
             return;
         }
         let (before, after) = (at as u32, len - at as u32 - 1);
-        let mut pieces = Vec::with_capacity(3);
-        if before > 0 {
-            pieces.push((old, before));
-        }
-        pieces.push((b, 1));
-        if after > 0 {
-            pieces.push((old, after));
-        }
-        self.runs.remove(r);
-        for (j, p) in pieces.into_iter().enumerate() {
-            self.runs.insert(r + j, p);
+        if len == 1 {
+            // A busy series' newest bucket, changed by each of its rows: in place.
+            self.runs[r].0 = b;
+        } else {
+            self.runs[r] = (b, 1);
+            if after > 0 {
+                self.runs.insert(r + 1, (old, after));
+            }
+            if before > 0 {
+                self.runs.insert(r, (old, before));
+            }
         }
         // Equal neighbours merged: from the run before the split to the one after it.
         let mut j = r.saturating_sub(1);
@@ -175,6 +175,24 @@ impl Series {
 
     /// Changes the bucket at grid index `k` (if the window holds it) by `f`; whether it changed.
     fn update(&mut self, k: i64, f: impl FnOnce(&mut Bucket)) -> bool {
+        // The common case, a busy series' row: its newest bucket, a run of its own.
+        if let (true, Some(&(was, 1))) = (k == self.back, self.buckets.runs.back()) {
+            let mut b = was;
+            f(&mut b);
+            if b == was {
+                return false;
+            }
+            let runs = &mut self.buckets.runs;
+            let n = runs.len();
+            if n >= 2 && runs[n - 2].0 == b {
+                runs.pop_back();
+                runs[n - 2].1 += 1;
+            } else {
+                runs[n - 1].0 = b;
+                self.steady = self.steady.max(k);
+            }
+            return true;
+        }
         if k < self.front() || k > self.back {
             return false;
         }
