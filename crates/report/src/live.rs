@@ -597,6 +597,26 @@ mod tests {
         assert!(b.active.is_empty());
     }
 
+    /// The last pass's window, and its episodes found with every series, asserted to be the
+    /// same as without the steady ones (None: the pass had no window).
+    fn pass_compared(f: &LiveFinder) -> Option<(i64, Vec<Episode>)> {
+        let (start, end) = f.window(f.last_pass? - 1)?;
+        let l3 = |d| f.l3.get(&d).copied();
+        let all = find(&f.timeline(start, end, false), l3);
+        assert_eq!(all, find(&f.timeline(start, end, true), l3), "pass ending at bucket {end}");
+        Some((start, all))
+    }
+
+    /// A xorshift generator from `seed`: `rand(n)` is below `n`.
+    fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
+
     /// Leaving steady series out changes nothing the finder finds. A window of many kinds:
     /// a filler and its victim, idle containers steady at several levels (with and without
     /// bandwidth), one that idles and then fills late, one that stops, one whose row arrives
@@ -652,11 +672,7 @@ mod tests {
             let before = f.last_pass;
             f.rows(&rows);
             if f.last_pass != before {
-                let Some((start, end)) = f.window(f.last_pass.unwrap() - 1) else { continue };
-                let l3 = |d| f.l3.get(&d).copied();
-                let all = find(&f.timeline(start, end, false), l3);
-                let some = find(&f.timeline(start, end, true), l3);
-                assert_eq!(all, some, "pass ending at bucket {end}");
+                let Some((_, all)) = pass_compared(&f) else { continue };
                 passes += 1;
                 compared_episodes += all.len();
                 left_out += f.series.values().map(|d| d.len()).sum::<usize>() - f.lines_passed;
@@ -675,13 +691,7 @@ mod tests {
     /// every offset between a change and a window's edge occurs.
     #[test]
     fn steady_series_left_out_change_no_random_episode() {
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut rand = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
         let mut f = LiveFinder::new(cachescope_sinks::noisy::Board::shared());
         f.set_l3(&[(0, 32 * MIB)]);
         let cs: Vec<Arc<ContainerMeta>> = (0..12).map(|i| ContainerMeta::named(&format!("r{i}"))).collect();
@@ -707,10 +717,7 @@ mod tests {
             let before = f.last_pass;
             f.rows(&rows);
             if f.last_pass != before {
-                let Some((start, end)) = f.window(f.last_pass.unwrap() - 1) else { continue };
-                let l3 = |d| f.l3.get(&d).copied();
-                let all = find(&f.timeline(start, end, false), l3);
-                assert_eq!(all, find(&f.timeline(start, end, true), l3), "pass ending at bucket {end}");
+                let Some((_, all)) = pass_compared(&f) else { continue };
                 passes += 1;
                 episodes += all.len();
             }
@@ -741,10 +748,7 @@ mod tests {
             (ra.mbm_total_bytes, rv.mbm_total_bytes) = (Some(0), Some(0));
             f.rows(&[ra, rv]);
             if f.last_pass != before {
-                let Some((start, end)) = f.window(f.last_pass.unwrap() - 1) else { continue };
-                let l3 = |d| f.l3.get(&d).copied();
-                let all = find(&f.timeline(start, end, false), l3);
-                assert_eq!(all, find(&f.timeline(start, end, true), l3), "pass ending at bucket {end}");
+                let Some((start, all)) = pass_compared(&f) else { continue };
                 passes += 1;
                 let first = start - T0 / BUCKET_NS;
                 at_edge += usize::from((0..20).any(|p| trade(p) == first + 1) && !all.is_empty());
@@ -761,13 +765,7 @@ mod tests {
     /// buckets and random changes anywhere in the window, with no two equal runs side by side.
     #[test]
     fn runs_hold_what_a_plain_window_holds() {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut rand = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
         let b = |v: u64| Bucket { occ: Some(v as f64), ..Bucket::default() };
         let keep = 50;
         let (mut runs, mut plain) = (Runs::default(), VecDeque::new());
