@@ -131,8 +131,6 @@ struct State {
     /// Container-intervals read, and followed, while quiet.
     quiet_reads: u64,
     quiet_followed: u64,
-    /// The read budget is at work: the thread's CPU time is read around each interval.
-    measure: bool,
 }
 
 impl State {
@@ -201,7 +199,8 @@ impl State {
 
     /// Work through one sample time; what reading the containers cost (CPU time of this
     /// thread: the read budget's variable part).
-    fn sample(&mut self, at: Duration) -> Result<Duration, RunError> {
+    /// `measure`: the read budget is at work (else no clock is read and the cost is 0).
+    fn sample(&mut self, at: Duration, measure: bool) -> Result<Duration, RunError> {
         self.lifecycle(at)?;
         let (from, to) = (self.origin + self.step, self.origin + at);
         // Who ran in the step (as far as drained), found from those that ran lately: the
@@ -216,7 +215,7 @@ impl State {
         if let Some(w) = self.p.world.as_mut() {
             w.advance(at, &self.ran);
         }
-        let began = self.measure.then(thread_cpu);
+        let began = measure.then(thread_cpu);
         if !self.stopped.is_empty() {
             self.p.backend.stopping(&self.stopped);
         }
@@ -505,7 +504,6 @@ pub fn run(parts: Parts, opts: &Options) -> Result<Summary, RunError> {
         ran: Vec::new(),
         quiet_reads: 0,
         quiet_followed: 0,
-        measure: false,
     };
     let mut summary = Summary::default();
     let result = run_loop(&mut st, &mut clock, &info, wake, drain_every, opts, &mut summary);
@@ -632,9 +630,9 @@ fn run_loop(
             // A quiet run reads only who ran and a keyframe share (crate::quiet): there is no
             // share of the others to cut, and no clock to read (the thread's CPU clock takes
             // the run queue's lock: four reads an interval were 16 % of a quiet run's CPU).
-            st.measure = !clock.is_virtual() && info.sampling != Sampling::Kernel && st.quiet.is_none();
-            let began = st.measure.then(thread_cpu);
-            let reads = st.sample(at)?;
+            let measure = !clock.is_virtual() && info.sampling != Sampling::Kernel && st.quiet.is_none();
+            let began = measure.then(thread_cpu);
+            let reads = st.sample(at, measure)?;
             if let Some(began) = began {
                 st.budget.adjust(thread_cpu().saturating_sub(began), reads, opts.interval, st.slots.count());
             }
@@ -680,7 +678,7 @@ fn run_loop(
     // its ring, with the kernel's times. Read it rather than lose the run's last batch.
     if info.sampling == Sampling::Kernel && opts.stop.load(std::sync::atomic::Ordering::Relaxed) {
         if let Some(t) = clock.elapsed().filter(|t| *t > st.step) {
-            st.sample(t)?;
+            st.sample(t, false)?;
         }
     }
     Ok(())
