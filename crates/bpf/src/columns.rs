@@ -61,6 +61,18 @@ fn ticks_asked() -> Result<crate::Ticks, String> {
     }
 }
 
+/// `CACHESCOPE_BPF_QUIET` (docs/cli.md, a diagnostic for comparing costs): `on`, the default,
+/// charges cgroups no container claims in lumps; `off` charges each apart at every switch, as
+/// before 2026-11-29.
+fn quiet_asked() -> Result<bool, String> {
+    match std::env::var("CACHESCOPE_BPF_QUIET") {
+        Err(_) => Ok(true),
+        Ok(v) if v == "on" => Ok(true),
+        Ok(v) if v == "off" => Ok(false),
+        Ok(v) => Err(format!("CACHESCOPE_BPF_QUIET: {v:?} is neither \"on\" nor \"off\"")),
+    }
+}
+
 enum Source {
     Bpf(Box<Attribution>),
     Perf(CgroupCollector),
@@ -118,6 +130,48 @@ pub struct PmuColumns {
     /// Charges (eBPF) or container reads (perf) the kernel scaled because the counters were
     /// multiplexed, and of how many (perf; eBPF's total comes from its stats).
     mux: (u64, u64),
+    /// Whether cgroups no container claims are made quiet (eBPF; `CACHESCOPE_BPF_QUIET`),
+    /// and a buffer for them.
+    quiet_unclaimed: bool,
+    unclaimed: Vec<u64>,
+    /// cgroups made quiet, and when: said again after [`QUIET_AGAIN`] if still charged (a
+    /// quiet one is still charged the lumps of quiet work), in case the kernel forgot it.
+    quieted: HashMap<u64, Duration>,
+    /// The host's context switches a second while the eBPF programs loaded (None: perf, or
+    /// not measured).
+    switch_rate: Option<f64>,
+}
+
+/// The host's context switches since boot (/proc/stat), and when read.
+fn host_switches() -> Option<(u64, std::time::Instant)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let n = stat.lines().find_map(|l| l.strip_prefix("ctxt "))?.trim().parse().ok()?;
+    Some((n, std::time::Instant::now()))
+}
+
+/// Switches a second since `before`, where at least 20 ms passed (else too rough).
+fn switch_rate_since(before: (u64, std::time::Instant)) -> Option<f64> {
+    let (n, t) = host_switches()?;
+    let secs = t.duration_since(before.1).as_secs_f64();
+    (secs >= 0.02).then(|| n.saturating_sub(before.0) as f64 / secs)
+}
+
+/// Above this many context switches a second the eBPF programs' cost is said at start: about
+/// 1 % of a core at the 0.4 us a switch between unfollowed tasks costs on our VMs
+/// (docs/cost.md, "Context switches").
+const HIGH_SWITCH_RATE: f64 = 25_000.0;
+
+/// The start-up line for a host that switches tasks `rate` times a second, where that is high.
+pub fn switch_cost_note(rate: f64) -> Option<String> {
+    (rate >= HIGH_SWITCH_RATE).then(|| {
+        format!(
+            "eBPF: {:.0} context switches a second on this host at start; the program runs at each: \
+             about {:.0} % of a core (0.4 us a switch on a 2-CPU VM; cachescope_ebpf_cpu_seconds_total \
+             measures it here; --pmu off avoids it)",
+            rate,
+            (rate * 0.4e-6 * 100.0).max(1.0)
+        )
+    })
 }
 
 /// Counts read at `now` that accrued since `prev`, for rows that end at `wake` (a sample time
@@ -135,6 +189,8 @@ fn split_at(values: &[u64], prev: Duration, wake: Duration, now: Duration) -> Op
 
 /// How long slots of a cgroup no container holds are kept, waiting for one to be found.
 const ORPHANS_FOR: Duration = Duration::from_secs(2);
+/// How often a cgroup made quiet is made quiet again while it is still charged.
+const QUIET_AGAIN: Duration = Duration::from_secs(60);
 /// At most this many orphan slots are kept (a host with many unfollowed cgroups).
 const MAX_ORPHANS: usize = 200_000;
 
@@ -185,6 +241,7 @@ impl PmuColumns {
         events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
         columns.push(None);
         let null_reason = (!missing.is_empty()).then(|| missing.clone());
+        let quiet_unclaimed = quiet_asked()?;
         let on = |src, description| PmuColumns {
             null_reason: null_reason.clone(),
             src,
@@ -210,6 +267,10 @@ impl PmuColumns {
             last_read: None,
             uncounted: HashSet::new(),
             mux: (0, 0),
+            quiet_unclaimed,
+            unclaimed: Vec::new(),
+            quieted: HashMap::new(),
+            switch_rate: None,
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -217,11 +278,14 @@ impl PmuColumns {
             let per_drain = BPF_DRAIN_EVERY.as_millis() as u32;
             let slot = Duration::from_millis(1);
             let cap = capacity_for(cgroups_per_slot(cpus.len()), per_drain);
+            let before = host_switches();
             match Attribution::start_with(&events, cpus, slot, cap, ticks_asked()?) {
                 Ok(mut a) => {
                     a.group_cpus(domain_of);
                     let d = format!("eBPF, 1 ms slots, {}: {what}", a.tick_mode());
-                    return Ok(on(Source::Bpf(Box::new(a)), d));
+                    let mut p = on(Source::Bpf(Box::new(a)), d);
+                    p.switch_rate = before.and_then(switch_rate_since);
+                    return Ok(p);
                 }
                 Err(e) if choice == Choice::Bpf => return Err(format!("eBPF attribution: {e}")),
                 Err(e) => format!("eBPF attribution unavailable: {e}"),
@@ -413,6 +477,12 @@ impl PmuColumns {
         self.null_reason.as_deref()
     }
 
+    /// What the eBPF programs will cost on this host, where the switch rate at start makes
+    /// it high.
+    pub fn start_note(&self) -> Option<String> {
+        self.switch_rate.and_then(switch_cost_note)
+    }
+
     /// Where the counts come from, in two words.
     pub fn source_name(&self) -> &'static str {
         match self.src {
@@ -591,12 +661,39 @@ impl PmuSource for PmuColumns {
                 }
                 let old = mark.saturating_sub(ORPHANS_FOR);
                 let mut n = 0;
-                self.orphans.retain(|_, v| {
+                let mut unclaimed = std::mem::take(&mut self.unclaimed);
+                let quieted = &self.quieted;
+                self.orphans.retain(|&cg, v| {
+                    // Slots come in time order: the first is the oldest.
+                    let unclaimed_since = v.first().is_some_and(|(_, end, _)| *end <= old);
+                    if unclaimed_since && quieted.get(&cg).is_none_or(|&t| mark.saturating_sub(t) >= QUIET_AGAIN) {
+                        unclaimed.push(cg);
+                    }
                     v.retain(|(_, end, _)| *end > old);
                     n += v.len();
                     !v.is_empty()
                 });
                 self.orphan_count = n;
+                // Charged and claimed by no container for ORPHANS_FOR: their switches need
+                // not read the counters apart (attrib.bpf.c, "Quiet switches"). A container
+                // found later is charged apart from its follow.
+                if let (Source::Bpf(a), true) = (&self.src, self.quiet_unclaimed) {
+                    if self.quieted.len() + unclaimed.len() > MAX_UNKNOWN {
+                        self.quieted.clear();
+                    }
+                    for &cg in &unclaimed {
+                        if let Err(e) = a.quiet(cg) {
+                            cachescope_platform::say!(
+                                "charging unfollowed cgroups in lumps: {e}; each is charged apart"
+                            );
+                            self.quiet_unclaimed = false;
+                            break;
+                        }
+                        self.quieted.insert(cg, mark);
+                    }
+                }
+                unclaimed.clear();
+                self.unclaimed = unclaimed;
                 Ok(mark)
             }
             Source::Perf(col) => {
@@ -679,6 +776,15 @@ mod tests {
         ];
         assert_eq!(super::grouped(&missing), "cycles, instructions, llc_references: no PMU; llc_misses: busy");
         assert_eq!(super::grouped(&[]), "");
+    }
+
+    #[test]
+    fn a_high_switch_rate_is_said_with_its_cost() {
+        assert_eq!(super::switch_cost_note(24_999.0), None);
+        let said = super::switch_cost_note(150_000.0).unwrap();
+        assert!(said.starts_with("eBPF: 150000 context switches a second"), "{said}");
+        assert!(said.contains("about 6 % of a core"), "{said}");
+        assert!(said.contains("--pmu off"), "{said}");
     }
 
     #[test]

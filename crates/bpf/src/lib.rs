@@ -166,6 +166,12 @@ pub struct Attribution {
     _counters: Vec<perf_event::Counter>,
     _ticks: Vec<perf_event::Counter>,
     followed: MapHandle,
+    /// cgroups whose counts are charged in lumps (attrib.bpf.c, "Quiet switches"), and the
+    /// epoch that makes the program judge cgroups again after `followed` changes.
+    quiet: MapHandle,
+    verdicts: MapHandle,
+    epoch: MapHandle,
+    epoch_n: std::sync::atomic::AtomicU64,
     ticks: TickMode,
     /// The attached programs (own descriptors), for their run time.
     progs: Vec<std::os::fd::OwnedFd>,
@@ -318,6 +324,9 @@ impl Attribution {
         let acc = MapHandle::try_from(&loaded.maps.acc).map_err(lb("acc map"))?;
         let stats = MapHandle::try_from(&loaded.maps.stats).map_err(lb("stats map"))?;
         let followed = MapHandle::try_from(&loaded.maps.followed).map_err(lb("followed map"))?;
+        let quiet = MapHandle::try_from(&loaded.maps.quiet).map_err(lb("quiet map"))?;
+        let epoch = MapHandle::try_from(&loaded.maps.epoch).map_err(lb("epoch map"))?;
+        let verdicts = MapHandle::try_from(&loaded.maps.verdicts).map_err(lb("verdict map"))?;
         // The kernel lets timers start only in a map user space holds, and frees them when
         // the last user reference goes.
         keep.push(MapHandle::try_from(&loaded.maps.ticks).map_err(lb("tick timers"))?);
@@ -334,6 +343,10 @@ impl Attribution {
             _counters: counters,
             _ticks: ticks,
             followed,
+            quiet,
+            verdicts,
+            epoch,
+            epoch_n: std::sync::atomic::AtomicU64::new(0),
             ticks: mode,
             progs,
             pending: BTreeMap::new(),
@@ -378,15 +391,54 @@ impl Attribution {
     /// Tick where the tasks of cgroup `id` (or of any cgroup below it) run. A task already
     /// running gets its ticks from its next switch or scheduler tick.
     pub fn follow(&self, id: u64) -> Result<(), BpfError> {
-        self.followed.update(&id.to_ne_bytes(), &[1], MapFlags::ANY).map_err(lb("following a cgroup"))
+        self.followed.update(&id.to_ne_bytes(), &[1], MapFlags::ANY).map_err(lb("following a cgroup"))?;
+        self.new_epoch()
     }
 
-    /// Stop ticking for cgroup `id` (its counts are still charged at switches).
+    /// Stop ticking for cgroup `id` (its counts are still charged at switches, apart until
+    /// it is made [`Attribution::quiet`]).
     pub fn unfollow(&self, id: u64) -> Result<(), BpfError> {
         match self.followed.delete(&id.to_ne_bytes()) {
-            Ok(()) => Ok(()),
+            Ok(()) => self.new_epoch(),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(lb("unfollowing a cgroup")(e)),
+        }
+    }
+
+    /// The program judges every cgroup again (a cgroup below one followed or unfollowed
+    /// changes too, and only the program walks up from it).
+    fn new_epoch(&self) -> Result<(), BpfError> {
+        let n = self.epoch_n.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        self.epoch.update(&0u32.to_ne_bytes(), &n.to_ne_bytes(), MapFlags::ANY).map_err(lb("new epoch"))
+    }
+
+    /// Charge cgroup `id`'s counts in lumps with the other quiet ones and the idle task's: a
+    /// switch between two quiet tasks reads no counter. For cgroups no one needs apart; one
+    /// followed (or below a followed one) is charged apart whatever this says. The kernel
+    /// forgets the least recently switched-to when 16,384 are quiet: those are charged apart
+    /// again until said again.
+    pub fn quiet(&self, id: u64) -> Result<(), BpfError> {
+        self.quiet.update(&id.to_ne_bytes(), &[1], MapFlags::ANY).map_err(lb("quieting a cgroup"))?;
+        // Its cached verdict said "charged"; a task judged meanwhile may cache that again,
+        // until the next call for it.
+        match self.verdicts.delete(&id.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(lb("quieting a cgroup")(e)),
+        }
+    }
+
+    /// Charge cgroup `id` apart again.
+    pub fn unquiet(&self, id: u64) -> Result<(), BpfError> {
+        match self.quiet.delete(&id.to_ne_bytes()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(lb("charging a cgroup apart")(e)),
+        }
+        match self.verdicts.delete(&id.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(lb("charging a cgroup apart")(e)),
         }
     }
 

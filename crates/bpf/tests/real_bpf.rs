@@ -302,3 +302,108 @@ fn ticks_run_only_where_followed_tasks_run() {
     assert!(followed_slots >= crossed, "followed: {followed_slots} slots charged, {crossed} boundaries crossed");
     assert!(after_runs <= cpus_n, "timers ran {after_runs} times after unfollow");
 }
+
+/// Switches away from the tasks of `dir` (voluntary and not), summed over its processes now.
+fn switches_of(dir: &Path) -> u64 {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+    procs.lines().filter_map(|l| l.parse().ok()).map(cachescope_testkit::ctxt_switches).sum()
+}
+
+/// Switches the rows charged away from cgroup `id`.
+fn charged_switches(rows: &[SlotRow], id: u64) -> u64 {
+    rows.iter().filter(|r| r.cgroup_id == id).map(|r| r.switches).sum()
+}
+
+/// Quiet switches: a switch between two quiet tasks (cgroups user space marked, or the idle
+/// task) reads no counter. Two shells ping-pong through FIFOs (tens of thousands of switches a
+/// second, to each other or through idle): charged apart at each switch while not quiet, not
+/// after `quiet`, and apart again once followed (a followed cgroup is charged whatever
+/// `quiet` says: the epoch makes the program judge it again).
+#[test]
+fn switches_between_quiet_tasks_read_no_counter() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut sb) = setup("quiet") else { return };
+    let (ev, _) = event();
+    let cpus = cpus();
+    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
+    let mut attr = attr.unwrap();
+    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
+        return cachescope_testkit::skip(format!("quiet switches are the followed mode's: {}", attr.tick_mode()));
+    }
+    let dir = sb.add("chatty").unwrap();
+    let id = std::fs::metadata(&dir).unwrap().ino();
+    // FIFOs cannot live in cgroupfs: a directory of their own beside.
+    let fifos = std::env::temp_dir().join(format!("cachescope-quiet-{}", std::process::id()));
+    std::fs::create_dir_all(&fifos).unwrap();
+    let (a, b) = (fifos.join("a"), fifos.join("b"));
+    for f in [&a, &b] {
+        assert!(Command::new("mkfifo").arg(f).status().unwrap().success());
+    }
+    let script = format!(
+        "until grep -q 'chatty$' /proc/$$/cgroup; do :; done; \
+         (while :; do read x < {a}; echo > {b}; done) & while :; do echo > {a}; read x < {b}; done",
+        a = a.display(),
+        b = b.display()
+    );
+    sb.spawn("chatty", cmd(&["sh", "-c", &script])).unwrap();
+    // It forks its second shell once it is in the cgroup (the move comes after the spawn).
+    let t0 = Instant::now();
+    while std::fs::read_to_string(dir.join("cgroup.procs")).unwrap().lines().count() < 2 {
+        assert!(t0.elapsed() < HANG, "the ping-pong's second shell never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A phase: 20,000 of its switches (however long a loaded host takes); what it switched
+    // by its own count, and what the rows charged away from it.
+    let phase = |attr: &mut Attribution| {
+        let _ = attr.drain_all().unwrap();
+        let (s0, c0, t0) = (switches_of(&dir), attr.stats().unwrap().charges, Instant::now());
+        let mut rows = Vec::new();
+        while switches_of(&dir) < s0 + 20_000 {
+            assert!(
+                t0.elapsed() < HANG,
+                "the ping-pong switched {} times in {:?}",
+                switches_of(&dir) - s0,
+                t0.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            rows.extend(attr.drain().unwrap());
+        }
+        let (own, charges) = (switches_of(&dir) - s0, attr.stats().unwrap().charges - c0);
+        rows.extend(attr.drain_all().unwrap());
+        (own, charged_switches(&rows, id), charges, rows)
+    };
+    let (own_a, charged_a, charges_a, rows) = phase(&mut attr);
+    // As the collector does: every cgroup charged that no one claims is made quiet (this
+    // test's own among them).
+    let seen: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.cgroup_id).filter(|&c| c != IDLE).collect();
+    for &c in &seen {
+        attr.quiet(c).unwrap();
+    }
+    let (own_b, charged_b, charges_b, _) = phase(&mut attr);
+    attr.follow(id).unwrap();
+    let (own_c, charged_c, charges_c, _) = phase(&mut attr);
+    println!(
+        "switches of the ping-pong / charged away from it / all charges: apart {own_a} / {charged_a} / {charges_a}, \
+         quiet ({} cgroups) {own_b} / {charged_b} / {charges_b}, followed {own_c} / {charged_c} / {charges_c}",
+        seen.len()
+    );
+    // Apart, every switch away from it is charged (the drains bracket the counts: a few more;
+    // a charge made into a slot while a drain deletes it is lost: within 1 %, as above).
+    assert!(
+        charged_a + own_a / 100 >= own_a && charged_a <= own_a + own_a / 20,
+        "apart: {charged_a} charged of {own_a}"
+    );
+    // Quiet, only a switch to a task not quiet (new on the host since) reads the counters.
+    assert!(charged_b * 10 <= own_b, "quiet: {charged_b} of {own_b} switches charged");
+    assert!(charges_b * 5 <= charges_a, "quiet: {charges_b} charges against {charges_a} apart");
+    // Followed: apart again, but for a task judged quiet when it came on a CPU, which may
+    // leave it once more unread (one stint per CPU at most).
+    let cpus_n = cpus.len() as u64;
+    assert!(
+        charged_c + cpus_n + own_c / 100 >= own_c && charged_c <= own_c + own_c / 20,
+        "followed: {charged_c} charged of {own_c}"
+    );
+    assert_eq!(attr.stats().unwrap().read_failures, 0);
+    drop(sb);
+    let _ = std::fs::remove_dir_all(&fifos);
+}

@@ -276,6 +276,9 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
                     _ => cachescope_platform::say!("PMU columns: {d}"),
                 }
             }
+            if let Some(note) = p.start_note() {
+                cachescope_platform::say!("{note}");
+            }
             Ok((Some(Box::new(p)), d))
         }
         Err(NoPmu::Failed(why)) if matches!(args.pmu, PmuArg::Bpf | PmuArg::Perf) => {

@@ -21,6 +21,16 @@
 //   1 ms work: the cost follows the followed containers, not the host's CPU count.
 // - every CPU (the fallback where the kernel refuses timers here): a perf_event program on a
 //   per-CPU cpu-clock timer of one slot.
+//
+// Quiet switches (followed mode): counts only matter apart for followed cgroups and for those
+// user space has not judged yet (a container's first milliseconds, before it is found). User
+// space puts in `quiet` the cgroups it charged and no container claimed; the idle task is
+// quiet too. A switch from a quiet task to a quiet one reads no counter: what accrued stays in
+// the counters and is charged, in one lump, to the quiet task current at the next switch that
+// involves anyone else. Nothing is lost (per CPU, charges still sum to the CPU's count); only
+// quiet cgroups' counts are blurred between them. Which cgroup is quiet or followed is cached
+// per cgroup id (`verdicts`), so such a switch costs two hash lookups, not a cgroup walk and
+// five counter reads.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -73,6 +83,8 @@ struct cpu_state {
 	__u64 enabled[NEV];
 	__u64 running[NEV];
 	__u64 valid[NEV];
+	/* The current task is quiet: its counts may wait for the next read. */
+	__u64 quiet_cur;
 };
 
 #define EVENT_ARRAY(name)                                       \
@@ -121,6 +133,39 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } followed SEC(".maps");
+
+// cgroup ids whose counts no one needs apart (set by user space; least recently used
+// forgotten first, and then charged again until user space says so once more).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} quiet SEC(".maps");
+
+// Bumped by user space after it changes `followed`: verdicts made before are made again.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} epoch SEC(".maps");
+
+#define V_FOLLOWED 1
+#define V_CHARGED 2
+
+struct verdict {
+	__u64 epoch;
+	__u64 bits;
+};
+
+// cgroup id -> whether its tasks are followed (ticks) and charged apart (not quiet).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct verdict);
+} verdicts SEC(".maps");
 
 struct tick {
 	struct bpf_timer timer;
@@ -188,12 +233,8 @@ static __always_inline void mark_lost(__u64 slot)
 	}
 
 // Returns the cgroup id charged (0: the idle task, or nothing could be charged).
-static __always_inline __u64 charge(int is_switch)
+static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 {
-	__u32 zero = 0;
-	struct cpu_state *st = bpf_map_lookup_elem(&state, &zero);
-	if (!st)
-		return 0;
 	__u64 d[NEV] = {};
 	__u64 mux = 0;
 	READ(0, ev0)
@@ -228,6 +269,15 @@ static __always_inline __u64 charge(int is_switch)
 	return k.cgid;
 }
 
+static __always_inline __u64 charge(int is_switch)
+{
+	__u32 zero = 0;
+	struct cpu_state *st = bpf_map_lookup_elem(&state, &zero);
+	if (!st)
+		return 0;
+	return charge_on(st, is_switch);
+}
+
 static __always_inline int followed_task(struct task_struct *t)
 {
 	struct cgroup *cg = BPF_CORE_READ(t, cgroups, dfl_cgrp);
@@ -239,6 +289,34 @@ static __always_inline int followed_task(struct task_struct *t)
 		cg = (struct cgroup *)BPF_CORE_READ(cg, self.parent);
 	}
 	return 0;
+}
+
+// V_FOLLOWED and V_CHARGED for task `t` of cgroup `id`, from the cache where it is current.
+static __always_inline __u64 verdict_of(struct task_struct *t, __u64 id)
+{
+	__u32 zero = 0;
+	__u64 *ep = bpf_map_lookup_elem(&epoch, &zero);
+	__u64 e = ep ? *ep : 0;
+	struct verdict *v = bpf_map_lookup_elem(&verdicts, &id);
+	if (v && v->epoch == e)
+		return v->bits;
+	// The epoch was read first: a change user space makes meanwhile bumps it again.
+	struct verdict n = { .epoch = e };
+	if (followed_task(t))
+		n.bits = V_FOLLOWED | V_CHARGED;
+	else if (!bpf_map_lookup_elem(&quiet, &id))
+		n.bits = V_CHARGED;
+	bpf_map_update_elem(&verdicts, &id, &n, BPF_ANY);
+	return n.bits;
+}
+
+// The same for the current task (the kernel's pointer to it: plain loads).
+static __always_inline __u64 verdict_of_current(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	if (t->pid == 0)
+		return 0;
+	return verdict_of(t, t->cgroups->dfl_cgrp->kn->id);
 }
 
 // Start `tk` to fire just after the next slot boundary, so charges split there.
@@ -272,7 +350,7 @@ static int on_timer(void *map, __u32 *key, struct tick *tk)
 	// The cgroup just charged is the current task's: most often followed itself.
 	__u64 cg = charge(0);
 	if (cg && (bpf_map_lookup_elem(&followed, &cg) ||
-		   followed_task((struct task_struct *)bpf_get_current_task())))
+		   (verdict_of_current() & V_FOLLOWED)))
 		start(tk, t0);
 	else
 		tk->armed = 0;
@@ -313,16 +391,29 @@ int on_switch(void *ctx)
 	return 0;
 }
 
-// The followed mode's switch: charge the outgoing task, tick while a followed one runs.
+// The followed mode's switch: charge the outgoing task unless it and the incoming one are
+// both quiet, tick while a followed one runs.
 SEC("tp_btf/sched_switch")
 int on_switch_followed(__u64 *ctx)
 {
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	charge(1);
-	// An armed timer keeps running while followed work runs: no cgroup walk then.
-	struct tick *tk = idle_tick();
-	if (tk && BPF_CORE_READ(next, pid) != 0 && followed_task(next))
-		arm(tk);
+	__u32 zero = 0;
+	struct cpu_state *st = bpf_map_lookup_elem(&state, &zero);
+	if (!st)
+		return 0;
+	// The switch's own task pointer is the kernel's (BTF): plain loads, not helper calls.
+	__u64 v = 0;
+	if (next->pid)
+		v = verdict_of(next, next->cgroups->dfl_cgrp->kn->id);
+	if (!st->quiet_cur || (v & V_CHARGED))
+		charge_on(st, 1);
+	st->quiet_cur = !(v & V_CHARGED);
+	// An armed timer keeps running while followed work runs.
+	if (v & V_FOLLOWED) {
+		struct tick *tk = idle_tick();
+		if (tk)
+			arm(tk);
+	}
 	return 0;
 }
 
@@ -336,8 +427,7 @@ int on_hrtimer(__u64 *ctx)
 	struct tick *tk = idle_tick();
 	if (!tk)
 		return 0;
-	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-	if (BPF_CORE_READ(cur, pid) != 0 && followed_task(cur))
+	if (verdict_of_current() & V_FOLLOWED)
 		arm(tk);
 	return 0;
 }
