@@ -95,7 +95,8 @@ pub struct Common {
     /// events (the fallback where BPF cannot load), or off. Real containers only.
     #[arg(long, value_enum, default_value = "auto")]
     pmu: PmuArg,
-    /// Mount resctrl at /sys/fs/resctrl if it is not mounted (resctrl backend).
+    /// Mount resctrl at /sys/fs/resctrl if it is not mounted: with --backend resctrl, and
+    /// with auto where this CPU and kernel can monitor the L3 (the packaged unit's).
     #[arg(long)]
     mount_resctrl: bool,
     /// How often to print a table (and refresh the self-metrics), 10ms to 1h.
@@ -347,19 +348,37 @@ fn build(args: &Common) -> Result<Built, CliError> {
     }
     let host = host_cpu().ok_or_else(|| CliError::unavailable("CPUID is not executable here"))?;
     let d = detect(&HostPaths::default(), &host, &LiveProbe);
-    let chosen = match args.backend {
+    let mut chosen = match args.backend {
         // Detection names backends as `--backend` does.
         Backend::Auto => {
             d.auto(Role::CacheMonitoring).and_then(|b| Backend::from_str(b.name, false).ok()).unwrap_or(Backend::None)
         }
         named => named,
     };
-    let name = chosen.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
-    let status = d.get(&name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
-    if !status.available {
-        return Err(CliError::unavailable(format!("backend {name} is unavailable: {}", status.reason)));
+    // `auto --mount-resctrl` (the packaged unit's): a resctrl no one mounted yet is mounted
+    // where it can monitor, rather than recording without occupancy on an RDT host.
+    let mount_first = args.backend == Backend::Auto
+        && chosen == Backend::None
+        && args.mount_resctrl
+        && cachescope_detect::resctrl_mountable(&HostPaths::default(), &host);
+    if mount_first {
+        chosen = Backend::Resctrl;
+    } else {
+        let name = chosen.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+        let status = d.get(&name).ok_or_else(|| CliError::input(format!("unknown backend {name}")))?;
+        if !status.available {
+            return Err(CliError::unavailable(format!("backend {name} is unavailable: {}", status.reason)));
+        }
     }
     match chosen {
+        // What `auto` mounted cannot monitor after all (the kernel turned it off): as without.
+        Backend::Resctrl if mount_first => match resctrl(args, false) {
+            Err(CliError::Unavailable(e)) => {
+                cachescope_platform::say!("resctrl: {e:#}; following containers without cache monitoring");
+                unsupported(args, &host, &d)
+            }
+            r => r,
+        },
         Backend::Resctrl => resctrl(args, false),
         Backend::Kmod => kmod(args, &host),
         Backend::Msr => msr(args, &host),

@@ -144,6 +144,13 @@ pub fn resctrl_in_kernel(paths: &HostPaths) -> Option<bool> {
     Some(fs.lines().any(|l| l.split_whitespace().last() == Some("resctrl")))
 }
 
+/// Whether mounting resctrl could give cache monitoring here: the kernel registered the
+/// filesystem (it does only on CPUs with RDT) and CPUID enumerates L3 monitoring. The kernel
+/// may still have turned monitoring off (Skylake-SP's erratum): the mount says.
+pub fn resctrl_mountable(paths: &HostPaths, cpu: &CpuInfo) -> bool {
+    resctrl_in_kernel(paths) == Some(true) && cmt_cpu_reason(cpu).is_none()
+}
+
 /// resctrl: kernel support, the mount, and the monitoring features it offers.
 pub fn resctrl(paths: &HostPaths, mounts: &MountFacts, cpu: &CpuInfo) -> BackendStatus {
     const N: &str = "resctrl";

@@ -141,11 +141,13 @@ pub fn repo() -> PathBuf {
 /// packages it printed last (cachescope_<version>_amd64.deb, cachescope-dkms_<version>_all.deb),
 /// checked to be named after the workspace's version.
 pub fn packages(dir: &Path) -> (String, String) {
-    let o = Command::new(repo().join("scripts/package.sh"))
-        .arg(dir)
-        .env("CACHESCOPE_PACKAGE_BIN", env!("CARGO_BIN_EXE_cachescope"))
-        .output()
-        .unwrap();
+    packages_of(dir, Path::new(env!("CARGO_BIN_EXE_cachescope")))
+}
+
+/// [`packages`] of binary `bin`.
+pub fn packages_of(dir: &Path, bin: &Path) -> (String, String) {
+    let o =
+        Command::new(repo().join("scripts/package.sh")).arg(dir).env("CACHESCOPE_PACKAGE_BIN", bin).output().unwrap();
     assert!(o.status.success(), "package.sh: {}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let paths: Vec<&str> = stdout.lines().collect();
