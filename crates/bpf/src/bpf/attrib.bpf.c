@@ -25,11 +25,12 @@
 // Quiet switches (followed mode): counts only matter apart for followed cgroups and for those
 // user space has not judged yet (a container's first milliseconds, before it is found). User
 // space puts in `quiet` the cgroups it charged and no container claimed; the idle task is
-// quiet too. A switch from a quiet task to a quiet one reads no counter: what accrued stays in
-// the counters and is charged, in one lump, to the quiet task current at the next switch that
-// involves anyone else. Nothing is lost (per CPU, charges still sum to the CPU's count); only
-// quiet cgroups' counts are blurred between them. Which cgroup is quiet or followed is cached
-// per cgroup id (`verdicts`), so such a switch costs two hash lookups, not a cgroup walk and
+// quiet too. A switch from a quiet task to a quiet one in the slot of this CPU's last read
+// reads no counter: what accrued stays in the counters and is charged, in one lump, to the
+// quiet task current at the next read (the next switch that involves anyone else, or the first
+// in a later slot). Nothing is lost (per CPU, charges still sum to the CPU's count); only quiet
+// cgroups' counts are blurred between them, within a slot. Which cgroup is quiet or followed is cached
+// per cgroup id (`verdicts`), so such a switch costs a hash lookup or two, not a cgroup walk and
 // five counter reads.
 
 #include <linux/bpf.h>
@@ -83,8 +84,12 @@ struct cpu_state {
 	__u64 enabled[NEV];
 	__u64 running[NEV];
 	__u64 valid[NEV];
-	/* The current task is quiet: its counts may wait for the next read. */
-	__u64 quiet_cur;
+	/* The task last switched in: its cgroup id (0: idle) and verdict, at epoch cur_epoch. */
+	__u64 cur_id;
+	__u64 cur_bits;
+	__u64 cur_epoch;
+	/* The slot of this CPU's last read. */
+	__u64 read_slot;
 };
 
 #define EVENT_ARRAY(name)                                       \
@@ -246,6 +251,7 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 		.slot = bpf_ktime_get_ns() / slot_ns,
 		.cgid = bpf_get_current_pid_tgid() == 0 ? 0 : bpf_get_current_cgroup_id(),
 	};
+	st->read_slot = k.slot;
 	struct slot_val *a = bpf_map_lookup_elem(&acc, &k);
 	if (!a) {
 		struct slot_val z = {};
@@ -291,12 +297,17 @@ static __always_inline int followed_task(struct task_struct *t)
 	return 0;
 }
 
-// V_FOLLOWED and V_CHARGED for task `t` of cgroup `id`, from the cache where it is current.
-static __always_inline __u64 verdict_of(struct task_struct *t, __u64 id)
+static __always_inline __u64 epoch_now(void)
 {
 	__u32 zero = 0;
 	__u64 *ep = bpf_map_lookup_elem(&epoch, &zero);
-	__u64 e = ep ? *ep : 0;
+	return ep ? *ep : 0;
+}
+
+// V_FOLLOWED and V_CHARGED for task `t` of cgroup `id` at epoch `e`, from the cache where it
+// is current.
+static __always_inline __u64 verdict_at(struct task_struct *t, __u64 id, __u64 e)
+{
 	struct verdict *v = bpf_map_lookup_elem(&verdicts, &id);
 	if (v && v->epoch == e)
 		return v->bits;
@@ -316,7 +327,7 @@ static __always_inline __u64 verdict_of_current(void)
 	struct task_struct *t = bpf_get_current_task_btf();
 	if (t->pid == 0)
 		return 0;
-	return verdict_of(t, t->cgroups->dfl_cgrp->kn->id);
+	return verdict_at(t, t->cgroups->dfl_cgrp->kn->id, epoch_now());
 }
 
 // Start `tk` to fire just after the next slot boundary, so charges split there.
@@ -396,18 +407,38 @@ int on_switch(void *ctx)
 SEC("tp_btf/sched_switch")
 int on_switch_followed(__u64 *ctx)
 {
+	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
 	__u32 zero = 0;
 	struct cpu_state *st = bpf_map_lookup_elem(&state, &zero);
 	if (!st)
 		return 0;
-	// The switch's own task pointer is the kernel's (BTF): plain loads, not helper calls.
-	__u64 v = 0;
-	if (next->pid)
-		v = verdict_of(next, next->cgroups->dfl_cgrp->kn->id);
-	if (!st->quiet_cur || (v & V_CHARGED))
+	// The switch's task pointers are the kernel's (BTF): plain loads, not helper calls. Both
+	// tasks are judged by the cgroup they are in now: a task moved to another cgroup while it
+	// ran (a container's first process, written into cgroup.procs) is judged by its new one.
+	__u64 e = epoch_now();
+	__u64 vp = 0, v = 0, id;
+	if (prev->pid) {
+		id = prev->cgroups->dfl_cgrp->kn->id;
+		// Most often the task this CPU switched in last, judged then.
+		if (id == st->cur_id && e == st->cur_epoch)
+			vp = st->cur_bits;
+		else
+			vp = verdict_at(prev, id, e);
+	}
+	st->cur_id = 0;
+	if (next->pid) {
+		id = next->cgroups->dfl_cgrp->kn->id;
+		v = verdict_at(next, id, e);
+		st->cur_id = id;
+		st->cur_bits = v;
+		st->cur_epoch = e;
+	}
+	// Between quiet tasks the counters are read once a slot at most: a lump never crosses a
+	// slot boundary, and a quiet task moved into a charged cgroup while it runs (only its
+	// switch out then reads) takes with it at most what its slot's quiet tasks ran before.
+	if ((vp | v) & V_CHARGED || bpf_ktime_get_ns() / slot_ns != st->read_slot)
 		charge_on(st, 1);
-	st->quiet_cur = !(v & V_CHARGED);
 	// An armed timer keeps running while followed work runs.
 	if (v & V_FOLLOWED) {
 		struct tick *tk = idle_tick();
