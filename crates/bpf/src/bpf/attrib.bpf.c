@@ -29,9 +29,9 @@
 // reads no counter: what accrued stays in the counters and is charged, in one lump, to the
 // quiet task current at the next read (the next switch that involves anyone else, or the first
 // in a later slot). Nothing is lost (per CPU, charges still sum to the CPU's count); only quiet
-// cgroups' counts are blurred between them, within a slot. Which cgroup is quiet or followed is cached
-// per cgroup id (`verdicts`), so such a switch costs a hash lookup or two, not a cgroup walk and
-// five counter reads.
+// cgroups' counts are blurred between them, within a slot. Which cgroup is quiet or followed
+// is cached per cgroup id (`verdicts`), so such a switch costs a hash lookup or two, not a
+// cgroup walk and five counter reads.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
