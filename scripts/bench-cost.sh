@@ -54,18 +54,7 @@ if [ -n "${CACHESCOPE:-}" ]; then
 else
   bin=$(scripts/build.sh)
 fi
-cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
-[ -n "$cg" ] || { echo "bench-cost.sh: no cgroup v2 mounted" >&2; exit 2; }
-base=$cg/cachescope-bench-$$
-work=$(mktemp -d)
-stats_was=$(cat /proc/sys/kernel/bpf_stats_enabled)
-cleanup() {
-  echo "$stats_was" >/proc/sys/kernel/bpf_stats_enabled
-  remove_cgroups "$base"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-echo 1 >/proc/sys/kernel/bpf_stats_enabled
+bench_setup "cachescope-bench-$$" bench-cost.sh
 
 # Grow the set of cgroups to n (they are kept from one size to the next).
 have=0
@@ -106,8 +95,6 @@ measure() {
         bytes / secs * 3600 / 1e6, late, f ? sprintf("%.2f", 100 * r / f) : "-"
     }' "$err"
 }
-
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # RUNS runs of one configuration, one table line of medians.
 row() {

@@ -24,18 +24,7 @@ cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-switches.sh: run as root (cgroups, eBPF)" >&2; exit 2; }
 bin=$(scripts/build.sh -q)
 load=$(dirname "$(scripts/build.sh -q --example switch_load)")/examples/switch_load
-cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
-[ -n "$cg" ] || { echo "bench-switches.sh: no cgroup v2 mounted" >&2; exit 2; }
-base=$cg/cachescope-switches-$$
-work=$(mktemp -d)
-stats_was=$(cat /proc/sys/kernel/bpf_stats_enabled)
-cleanup() {
-  echo "$stats_was" >/proc/sys/kernel/bpf_stats_enabled
-  remove_cgroups "$base"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-echo 1 >/proc/sys/kernel/bpf_stats_enabled
+bench_setup "cachescope-switches-$$" bench-switches.sh
 mkdir -p "$base"
 cgroup_with "$base/c0" idle
 
@@ -70,8 +59,6 @@ measure() {
     ns = $4 - $1; cnt = $5 - $2; sw = $6 - $3
     printf "%.0f %.0f %.0f %.3f\n", sw / secs, cnt / secs, cnt ? ns / cnt : 0, 100 * ns / 1e9 / secs }'
 }
-
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 row() {
   local label=$1 b=$2 rate=$3 c

@@ -44,3 +44,21 @@ remove_cgroups_from() {
     rmdir "$d" 2>/dev/null || true
   done
 }
+
+# bench_setup NAME WHO: for a benchmark run as root, $base (the cgroup v2 directory NAME under
+# the cgroup2 mount, for its cgroups), $work (a scratch directory) and kernel.bpf_stats_enabled
+# on; at exit the setting comes back and both are removed (the cgroups' processes killed).
+# WHO names the caller in messages.
+bench_setup() {
+  local cg
+  cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+  [ -n "$cg" ] || { echo "$2: no cgroup v2 mounted" >&2; exit 2; }
+  base=$cg/$1
+  work=$(mktemp -d)
+  stats_was=$(cat /proc/sys/kernel/bpf_stats_enabled)
+  trap 'echo "$stats_was" >/proc/sys/kernel/bpf_stats_enabled; remove_cgroups "$base"; rm -rf "$work"' EXIT
+  echo 1 >/proc/sys/kernel/bpf_stats_enabled
+}
+
+# median: the median of the numbers on stdin, one a line.
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
