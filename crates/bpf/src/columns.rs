@@ -130,10 +130,8 @@ pub struct PmuColumns {
     /// Charges (eBPF) or container reads (perf) the kernel scaled because the counters were
     /// multiplexed, and of how many (perf; eBPF's total comes from its stats).
     mux: (u64, u64),
-    /// Whether cgroups no container claims are made quiet (eBPF; `CACHESCOPE_BPF_QUIET`),
-    /// and a buffer for them.
+    /// Whether cgroups no container claims are made quiet (eBPF; `CACHESCOPE_BPF_QUIET`).
     quiet_unclaimed: bool,
-    unclaimed: Vec<u64>,
     /// cgroups made quiet, and when: said again after [`QUIET_AGAIN`] if still charged (a
     /// quiet one is still charged the lumps of quiet work), in case the kernel forgot it.
     quieted: HashMap<u64, Duration>,
@@ -268,7 +266,6 @@ impl PmuColumns {
             uncounted: HashSet::new(),
             mux: (0, 0),
             quiet_unclaimed,
-            unclaimed: Vec::new(),
             quieted: HashMap::new(),
             switch_rate: None,
         };
@@ -661,7 +658,7 @@ impl PmuSource for PmuColumns {
                 }
                 let old = mark.saturating_sub(ORPHANS_FOR);
                 let mut n = 0;
-                let mut unclaimed = std::mem::take(&mut self.unclaimed);
+                let mut unclaimed = Vec::new();
                 let quieted = &self.quieted;
                 self.orphans.retain(|&cg, v| {
                     // Slots come in time order: the first is the oldest.
@@ -692,8 +689,6 @@ impl PmuSource for PmuColumns {
                         self.quieted.insert(cg, mark);
                     }
                 }
-                unclaimed.clear();
-                self.unclaimed = unclaimed;
                 Ok(mark)
             }
             Source::Perf(col) => {

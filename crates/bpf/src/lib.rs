@@ -54,6 +54,15 @@ fn lb(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
     move |error| BpfError::Libbpf { what, error, said: libbpf_log::reason(libbpf_log::take()) }
 }
 
+/// Delete cgroup `id`'s entry from `map`: whether there was one.
+fn delete(map: &MapHandle, id: u64, what: &'static str) -> Result<bool, BpfError> {
+    match map.delete(&id.to_ne_bytes()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(lb(what)(e)),
+    }
+}
+
 /// One cgroup's counts over one completed slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotRow {
@@ -398,11 +407,10 @@ impl Attribution {
     /// Stop ticking for cgroup `id` (its counts are still charged at switches, apart until
     /// it is made [`Attribution::quiet`]).
     pub fn unfollow(&self, id: u64) -> Result<(), BpfError> {
-        match self.followed.delete(&id.to_ne_bytes()) {
-            Ok(()) => self.new_epoch(),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(lb("unfollowing a cgroup")(e)),
+        if delete(&self.followed, id, "unfollowing a cgroup")? {
+            self.new_epoch()?;
         }
+        Ok(())
     }
 
     /// The program judges every cgroup again (a cgroup below one followed or unfollowed
@@ -421,25 +429,7 @@ impl Attribution {
         self.quiet.update(&id.to_ne_bytes(), &[1], MapFlags::ANY).map_err(lb("quieting a cgroup"))?;
         // Its cached verdict said "charged"; a task judged meanwhile may cache that again,
         // until the next call for it.
-        match self.verdicts.delete(&id.to_ne_bytes()) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(lb("quieting a cgroup")(e)),
-        }
-    }
-
-    /// Charge cgroup `id` apart again.
-    pub fn unquiet(&self, id: u64) -> Result<(), BpfError> {
-        match self.quiet.delete(&id.to_ne_bytes()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(lb("charging a cgroup apart")(e)),
-        }
-        match self.verdicts.delete(&id.to_ne_bytes()) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(lb("charging a cgroup apart")(e)),
-        }
+        delete(&self.verdicts, id, "quieting a cgroup").map(|_| ())
     }
 
     pub fn slot_ns(&self) -> u64 {
