@@ -102,6 +102,19 @@ fn drain_bracketed(
     (rows, reads)
 }
 
+/// Attribution of `ev` on `cpus` at 1 ms slots, in the followed mode (ticks where followed
+/// tasks run, quiet switches); None, the test skipped and the reason said, where the kernel
+/// refuses BPF timers and the program falls back to ticks on every CPU.
+fn followed_attribution(ev: Encoded, cpus: &[usize]) -> Option<Attribution> {
+    let attr = Attribution::start(&[ev], cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
+    let attr = attr.unwrap();
+    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
+        cachescope_testkit::skip(format!("this kernel refuses BPF timers: {}", attr.tick_mode()));
+        return None;
+    }
+    Some(attr)
+}
+
 /// One at a time: each test's busy loops would take the other's CPU time.
 static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -241,12 +254,8 @@ fn ticks_run_only_where_followed_tasks_run() {
     let Some(mut sb) = setup("ticks") else { return };
     let (ev, _) = event();
     let cpus = cpus();
-    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
-    let mut attr = attr.unwrap();
-    let sched_tick = match attr.tick_mode() {
-        cachescope_bpf::TickMode::Followed { sched_tick } => *sched_tick,
-        other => return cachescope_testkit::skip(format!("this kernel refuses BPF timers: {other}")),
-    };
+    let Some(mut attr) = followed_attribution(ev, &cpus) else { return };
+    let sched_tick = matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { sched_tick: true });
     let busy = sb.add("spin").unwrap();
     let id = std::fs::metadata(&busy).unwrap().ino();
     let pid = sb.spawn("spin", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
@@ -325,11 +334,7 @@ fn switches_between_quiet_tasks_read_no_counter() {
     let Some(mut sb) = setup("quiet") else { return };
     let (ev, _) = event();
     let cpus = cpus();
-    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
-    let mut attr = attr.unwrap();
-    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
-        return cachescope_testkit::skip(format!("quiet switches are the followed mode's: {}", attr.tick_mode()));
-    }
+    let Some(mut attr) = followed_attribution(ev, &cpus) else { return };
     let dir = sb.add("chatty").unwrap();
     let id = std::fs::metadata(&dir).unwrap().ino();
     // FIFOs cannot live in cgroupfs: a directory of their own beside.
@@ -425,11 +430,7 @@ fn a_task_moved_while_it_runs_is_charged_to_its_new_cgroup() {
         return cachescope_testkit::skip("compares cpu-clock with cpu.stat; this host counts cycles");
     }
     let cpus = cpus();
-    let attr = Attribution::start(&[ev], &cpus, Duration::from_millis(1), cachescope_bpf::capacity_for(64, CAP_DRAIN));
-    let mut attr = attr.unwrap();
-    if !matches!(attr.tick_mode(), cachescope_bpf::TickMode::Followed { .. }) {
-        return cachescope_testkit::skip(format!("quiet switches are the followed mode's: {}", attr.tick_mode()));
-    }
+    let Some(mut attr) = followed_attribution(ev, &cpus) else { return };
     let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
     let (from, to) = (sb.add("from").unwrap(), sb.add("to").unwrap());
     let pid = sb.spawn("from", cmd(&["sh", "-c", "while :; do :; done"])).unwrap();
