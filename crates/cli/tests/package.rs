@@ -132,8 +132,10 @@ fn the_packaged_unit_starts_records_and_stops_under_systemd() {
             .iter()
             .find(|c| c["container_id"] == id)
             .unwrap_or_else(|| panic!("{name}: {id} not in the report"));
-        let cpu = c["cpu_mean"].as_f64().unwrap_or(0.0);
-        assert!(cpu > 0.3, "{name}: the busy container used {cpu} CPUs by the rows");
+        // Its CPU time counted (not null, not 0): how much of a CPU a TCG guest gave its busy
+        // loop depends on the host's load, so no share is asserted.
+        let cpu = c["cpu_mean"].as_f64();
+        assert!(cpu.is_some_and(|c| c > 0.0), "{name}: the busy container's CPU by the rows: {cpu:?}");
         let occupancy = c["occupancy_p50_bytes"].as_u64();
         if *name == "resctrl" {
             assert_eq!(r("occupancy"), "1");
