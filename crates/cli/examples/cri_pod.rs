@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         eprintln!("cri_pod: {}: {e}", logs.display());
         return ExitCode::from(1);
     }
+    cri.version();
     let uid = format!("0c5e7a11-0000-4000-8002-{:012}", std::process::id());
     let pod = cri.run_pod(&uid, logs);
     let id = cri.start_container(&pod, &uid, logs, image, script);

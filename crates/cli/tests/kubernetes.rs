@@ -241,6 +241,7 @@ fn nri_case(image: &str, sock: &Path, ctr: &str, plugin_log: &Path) {
     }
     assert!(said().contains("hook nri: registered with containerd 2."), "the plugin: {}", said());
     let cri = Cri::connect(sock).unwrap_or_else(|e| panic!("containerd 2's CRI: {e}"));
+    cri.version();
     import_images(&cri, image, ctr);
     let uid = format!("0c5e7a11-0000-4000-8001-{:012}", std::process::id());
     let dir = tempfile::tempdir().unwrap();
@@ -274,7 +275,7 @@ fn nri_case(image: &str, sock: &Path, ctr: &str, plugin_log: &Path) {
 
 fn pod_case(image: &str) {
     let cri = Cri::connect(Path::new(SOCKET)).unwrap_or_else(|e| panic!("containerd's CRI: {e}"));
-    let version = cri.run("Version", |mut c| async move { c.version(cri::VersionRequest::default()).await });
+    let version = cri.version();
     println!("CRI: {} {} (API {})", version.runtime_name, version.runtime_version, version.runtime_api_version);
     import_images(&cri, image, "ctr");
     let img = image.to_string();

@@ -37,6 +37,22 @@ impl Cri {
         Ok(Cri { rt, runtime: RuntimeServiceClient::new(channel.clone()), images: ImageServiceClient::new(channel) })
     }
 
+    /// The runtime's version, once its CRI answers: a containerd just started takes the socket
+    /// before its CRI plugin is ready ("server is not initialized yet"). Waits for that
+    /// answer, not a time; the ceiling is for a containerd that never gets there.
+    pub fn version(&self) -> cri::VersionResponse {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.rt.block_on(self.runtime.clone().version(cri::VersionRequest::default())) {
+                Ok(r) => return r.into_inner(),
+                Err(e) if e.message().contains("not initialized") && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => panic!("CRI Version: {e}"),
+            }
+        }
+    }
+
     /// Runs one call of the runtime service.
     pub fn run<T, F>(&self, what: &str, call: impl FnOnce(RuntimeServiceClient<Channel>) -> F) -> T
     where
