@@ -18,6 +18,7 @@ use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::format::{Encoded, Pmu as CorePmu};
 use cachescope_platform::clock::monotonic;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,6 +139,8 @@ pub struct PmuColumns {
     /// The host's context switches a second while the eBPF programs loaded (None: perf, or
     /// not measured).
     switch_rate: Option<f64>,
+    /// The llc columns come from generic cache events counted at the L2 (AMD).
+    l2_side: bool,
 }
 
 /// The host's context switches since boot (/proc/stat), and when read.
@@ -158,6 +161,12 @@ fn switch_rate_since(before: (u64, std::time::Instant)) -> Option<f64> {
 /// 1.25 % of a core at the 0.5 us a switch between unfollowed tasks costs on our VMs
 /// (docs/cost.md, "Context switches").
 const HIGH_SWITCH_RATE: f64 = 25_000.0;
+/// Said at start where the llc columns come from the kernel's generic cache events that count
+/// elsewhere than the L3 (AMD: the L2), so that no one reads them as L3 figures.
+const L2_SIDE_NOTE: &str = "llc_references and llc_misses count at the L2 on this CPU: the kernel's generic cache \
+events (its core PMU has no per-task L3 event; docs/data.md)";
+/// The containers the header's CPU line names, the busiest; the others are counted and summed.
+const CPU_LINE_NAMED: usize = 8;
 
 /// The start-up line for a host that switches tasks `rate` times a second, where that is high.
 pub fn switch_cost_note(rate: f64) -> Option<String> {
@@ -209,10 +218,12 @@ impl PmuColumns {
         let mut events = Vec::new();
         let mut columns = Vec::new();
         let mut missing = Vec::new();
+        let mut l2_side = false;
         if let Some(cpu) = cpu {
             for r in resolve(cpu, core.as_ref()) {
                 match r {
                     Ok(x) if usable(&x.encoded) => {
+                        l2_side |= matches!(x.named, Named::LlcReferences | Named::LlcMisses) && !x.is_llc;
                         events.push(x.encoded);
                         columns.push(Named::ALL.iter().position(|n| *n == x.named));
                     }
@@ -268,6 +279,7 @@ impl PmuColumns {
             quiet_unclaimed,
             quieted: HashMap::new(),
             switch_rate: None,
+            l2_side,
         };
         let bpf_failed = if choice == Choice::Perf {
             String::new()
@@ -477,7 +489,12 @@ impl PmuColumns {
     /// What the eBPF programs will cost on this host, where the switch rate at start makes
     /// it high.
     pub fn start_note(&self) -> Option<String> {
-        self.switch_rate.and_then(switch_cost_note)
+        let notes: Vec<String> =
+            [self.l2_side.then(|| L2_SIDE_NOTE.to_string()), self.switch_rate.and_then(switch_cost_note)]
+                .into_iter()
+                .flatten()
+                .collect();
+        (!notes.is_empty()).then(|| notes.join("\n"))
     }
 
     /// Where the counts come from, in two words.
@@ -735,30 +752,82 @@ impl PmuSource for PmuColumns {
         };
         self.reads = 0;
         let secs = period.as_secs_f64().max(1e-9);
-        let per: Vec<String> = self
-            .by_id
-            .iter()
-            .map(|(id, m)| {
-                // A name is the runtime's: control characters are shown escaped, never sent.
-                let name = cachescope_engine::row::printable(&m.view_label());
-                format!("{name} {:.3}", self.cpu_ns.get(id).copied().unwrap_or(0) as f64 / 1e9 / secs)
-            })
-            .collect();
-        self.cpu_ns.clear();
         if self.counted.pmu.iter().any(|&b| b) {
             return None;
         }
-        if per.is_empty() {
+        if self.by_id.is_empty() {
             return Some(format!("CPUs used: no container followed yet ({how})"));
         }
-        Some(format!("CPUs used ({how}): {}", per.join(", ")))
+        // The busiest by name, the rest summed: the line is asked for twice a second, and at
+        // thousands of containers naming each was most of the process's allocations. The
+        // sums restart at 0 and keep their keys (a container's is removed when it goes).
+        let mut used: Vec<(u64, &str)> = self
+            .by_id
+            .keys()
+            .map(|id| (self.cpu_ns.get_mut(id.as_str()).map(std::mem::take).unwrap_or(0), id.as_str()))
+            .collect();
+        let by_id = &self.by_id;
+        Some(cpu_line(&how, &mut used, secs, |id| by_id.get(id).map(|m| m.view_label()).unwrap_or_default()))
     }
+}
+
+/// The header's CPU line: the [`CPU_LINE_NAMED`] busiest containers by name (ties by id),
+/// the others counted and summed. `used`: CPU ns in the period by container id; `label`: the
+/// name a container is shown by.
+fn cpu_line(how: &str, used: &mut [(u64, &str)], secs: f64, label: impl Fn(&str) -> String) -> String {
+    let by_use = |a: &(u64, &str), b: &(u64, &str)| b.0.cmp(&a.0).then(a.1.cmp(b.1));
+    if used.len() > CPU_LINE_NAMED {
+        used.select_nth_unstable_by(CPU_LINE_NAMED - 1, by_use);
+    }
+    let head = used.len().min(CPU_LINE_NAMED);
+    let (named, rest) = used.split_at_mut(head);
+    named.sort_unstable_by(by_use);
+    let share = |ns: u64| ns as f64 / 1e9 / secs;
+    let mut line = format!("CPUs used ({how}): ");
+    for (i, (ns, id)) in named.iter().enumerate() {
+        // A name is the runtime's: control characters are shown escaped, never sent.
+        let sep = if i == 0 { "" } else { ", " };
+        let _ = write!(line, "{sep}{} {:.3}", cachescope_engine::row::printable(&label(id)), share(*ns));
+    }
+    if !rest.is_empty() {
+        let busy = rest.iter().filter(|(ns, _)| *ns > 0).count();
+        let _ = write!(
+            line,
+            " and {} more ({busy} of them using {:.3})",
+            rest.len(),
+            share(rest.iter().map(|(ns, _)| ns).sum())
+        );
+    }
+    line
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split_at;
+    use super::{cpu_line, split_at};
     use std::time::Duration;
+
+    #[test]
+    fn the_cpu_line_names_the_busiest_and_sums_the_rest() {
+        let label = |id: &str| format!("n-{id}");
+        let mut few = [(0, "b"), (500_000_000, "a")];
+        assert_eq!(cpu_line("how", &mut few, 1.0, label), "CPUs used (how): n-a 0.500, n-b 0.000");
+        let ids: Vec<String> = (0..2000).map(|i| format!("c{i:04}")).collect();
+        // Two busy (c1500 the busier), three using a little, the rest idle.
+        let mut many: Vec<(u64, &str)> = ids.iter().map(|id| (0, id.as_str())).collect();
+        many[1500].0 = 900_000_000;
+        many[7].0 = 400_000_000;
+        for i in [3, 4, 5] {
+            many[i].0 = 1_000_000;
+        }
+        let line = cpu_line("how", &mut many, 1.0, label);
+        assert_eq!(
+            line,
+            "CPUs used (how): n-c1500 0.900, n-c0007 0.400, n-c0003 0.001, n-c0004 0.001, n-c0005 0.001, \
+             n-c0000 0.000, n-c0001 0.000, n-c0002 0.000 and 1992 more (0 of them using 0.000)"
+        );
+        let mut escaped = [(1, "x")];
+        assert_eq!(cpu_line("how", &mut escaped, 1.0, |_| "a\u{1b}[2J".into()), "CPUs used (how): a\\u{1b}[2J 0.000");
+    }
 
     #[test]
     fn each_reason_a_column_is_null_is_said_once_with_its_columns() {

@@ -23,7 +23,15 @@ pub struct ContainerMeta {
 /// A name as it may reach a terminal: control characters (escape sequences, newlines) shown
 /// escaped, never emitted raw.
 pub fn printable(name: &str) -> String {
-    name.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A container's runtime metadata, set from another thread while rows read it: append-only
