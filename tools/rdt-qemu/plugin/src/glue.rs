@@ -3,7 +3,7 @@
 //! domain's cache model and the device's counters.
 
 use crate::decode::{classify, Operand, Special};
-use crate::link::{RdtLink, PMU_INSNS, PMU_LLC_MISSES, PMU_LLC_REFS, VERSION};
+use crate::link::{RdtLink, PMU_INSNS, PMU_LLC_MISSES, PMU_LLC_REFS, PMU_LOOKUPS, VERSION};
 use crate::model::{Geometry, Llc, Sink};
 use crate::pmu::{Counted, Private};
 use qemu_plugin_sys::{
@@ -16,8 +16,8 @@ use qemu_plugin_sys::{
     qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_register_vcpu_tb_trans_cb,
     qemu_plugin_scoreboard_new, qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns,
-    qemu_plugin_translate_vaddr, qemu_plugin_u64, qemu_plugin_u64_get, qemu_plugin_u64_set, GArray, GByteArray,
-    QEMU_PLUGIN_VERSION,
+    qemu_plugin_translate_vaddr, qemu_plugin_u64, qemu_plugin_u64_add, qemu_plugin_u64_get, qemu_plugin_u64_set,
+    GArray, GByteArray, QEMU_PLUGIN_VERSION,
 };
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -31,7 +31,14 @@ unsafe extern "C" {
     fn g_byte_array_new() -> *mut GByteArray;
     fn g_byte_array_set_size(array: *mut GByteArray, len: c_uint) -> *mut GByteArray;
     fn g_array_free(array: *mut GArray, free_segment: c_int) -> *mut c_char;
+    // QEMU 10.1's discontinuity callbacks (plugin API 5), which the bindings crate predates.
+    fn qemu_plugin_register_vcpu_discon_cb(id: qemu_plugin_id_t, kind: c_int, cb: Option<DisconCb>);
 }
+
+/// `qemu_plugin_vcpu_discon_cb_t`.
+type DisconCb = unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu: c_uint, kind: c_int, from_pc: u64, to_pc: u64);
+/// `QEMU_PLUGIN_DISCON_EXCEPTION`.
+const DISCON_EXCEPTION: c_int = 1 << 1;
 
 /// The API version this plugin was built against; QEMU refuses a plugin without it.
 #[unsafe(no_mangle)]
@@ -65,6 +72,7 @@ struct Pmu {
 struct VcpuPmu {
     private: UnsafeCell<Private>,
     /// [supervisor, user]
+    lookups: [AtomicU64; 2],
     refs: [AtomicU64; 2],
     misses: [AtomicU64; 2],
 }
@@ -157,8 +165,25 @@ unsafe extern "C" fn pmu_source(vcpu: u32, user: u32, source: u32) -> u64 {
         PMU_INSNS => unsafe { qemu_plugin_u64_get(p.insns[u], vcpu) },
         PMU_LLC_REFS => v.refs[u].load(Ordering::Relaxed),
         PMU_LLC_MISSES => v.misses[u].load(Ordering::Relaxed),
+        PMU_LOOKUPS => v.lookups[u].load(Ordering::Relaxed),
         _ => 0,
     }
+}
+
+/// An exception on `vcpu`: an instruction that faulted retired nothing, but its inline count
+/// ran before it did; the device says which (and at which privilege), and the count is taken
+/// back, so that the retry is the one that counts.
+unsafe extern "C" fn on_exception(_: qemu_plugin_id_t, vcpu: c_uint, _: c_int, _: u64, _: u64) {
+    let Some(m) = model() else { return };
+    let (Some(p), Some(fault)) = (m.pmu.as_ref(), m.link.pmu_fault) else { return };
+    // SAFETY: the device's function, called on this vCPU's thread as the exception is raised.
+    let u = match unsafe { fault(vcpu) } {
+        0 => 0,
+        1 => 1,
+        _ => return,
+    };
+    // SAFETY: the scoreboard entry and a vCPU QEMU runs; adding 2^64 - 1 takes one back.
+    unsafe { qemu_plugin_u64_add(p.insns[u], vcpu, u64::MAX) };
 }
 
 /// The device wants its next check after `insns` instructions (on the vCPU's own thread).
@@ -191,7 +216,12 @@ fn build_pmu(link: &RdtLink) -> Option<Pmu> {
             eprintln!("rdt plugin: private cache of {} B in {ways} ways: no PMU counts", link.l2_size);
             return None;
         };
-        vcpus.push(VcpuPmu { private: UnsafeCell::new(private), refs: Default::default(), misses: Default::default() });
+        vcpus.push(VcpuPmu {
+            private: UnsafeCell::new(private),
+            lookups: Default::default(),
+            refs: Default::default(),
+            misses: Default::default(),
+        });
     }
     // SAFETY: a scoreboard of Score-sized entries, one per vCPU, zeroed, which QEMU keeps
     // for the process (never freed here).
@@ -281,6 +311,7 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
         }
     });
     let u = usize::from(!user.is_null());
+    v.lookups[u].fetch_add(n.lookups, Ordering::Relaxed);
     v.refs[u].fetch_add(n.references, Ordering::Relaxed);
     v.misses[u].fetch_add(n.misses, Ordering::Relaxed);
 }
@@ -493,7 +524,7 @@ unsafe extern "C" fn on_translate(_: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) 
         unsafe {
             let insn = qemu_plugin_tb_get_insn(tb, i);
             if let Some(p) = m.pmu.as_ref() {
-                // Counted as it starts: one that faults counts again when it is retried.
+                // Counted as it starts; one that faults is taken back (on_exception).
                 qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                     insn,
                     qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
@@ -556,6 +587,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     unsafe {
         qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init));
         qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translate));
+        qemu_plugin_register_vcpu_discon_cb(id, DISCON_EXCEPTION, Some(on_exception));
     }
     0
 }

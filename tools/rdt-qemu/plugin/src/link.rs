@@ -1,13 +1,15 @@
 //! The device's shared state, mirrored from the patch's include/hw/i386/rdt-link.h
-//! (`struct qemu_rdt_link`, version 3). Field order, types and padding must match.
+//! (`struct qemu_rdt_link`, version 4). Field order, types and padding must match.
 
-/// The layout version this plugin speaks (2: `vcpu_cbm`, cache allocation; 3: the PMU).
-pub const VERSION: u32 = 3;
+/// The layout version this plugin speaks (2: `vcpu_cbm`, cache allocation; 3: the PMU; 4: the
+/// lookups source, for AMD's core counters, and `pmu_fault`).
+pub const VERSION: u32 = 4;
 
 /// `pmu_source`'s sources (QEMU_RDT_PMU_*).
 pub const PMU_INSNS: u32 = 0;
 pub const PMU_LLC_REFS: u32 = 1;
 pub const PMU_LLC_MISSES: u32 = 2;
+pub const PMU_LOOKUPS: u32 = 3;
 
 #[repr(C)]
 pub struct RdtLink {
@@ -44,6 +46,9 @@ pub struct RdtLink {
     pub pmu_source: Option<unsafe extern "C" fn(vcpu: u32, user: u32, source: u32) -> u64>,
     /// The plugin's (written atomically): call pmu_check after that many instructions.
     pub pmu_rearm: Option<unsafe extern "C" fn(vcpu: u32, insns: u64)>,
+    /// The device's (version 4), for the exception being raised: the privilege (1: user) of
+    /// an instruction that faulted and retired nothing, whose count is taken back; -1 else.
+    pub pmu_fault: Option<unsafe extern "C" fn(vcpu: u32) -> i32>,
 }
 
 #[cfg(test)]
@@ -63,6 +68,7 @@ mod tests {
         assert_eq!(offset_of!(RdtLink, l2_size), 96);
         assert_eq!(offset_of!(RdtLink, cpl), 104);
         assert_eq!(offset_of!(RdtLink, pmu_rearm), 128);
-        assert_eq!(size_of::<RdtLink>(), 136);
+        assert_eq!(offset_of!(RdtLink, pmu_fault), 136);
+        assert_eq!(size_of::<RdtLink>(), 144);
     }
 }

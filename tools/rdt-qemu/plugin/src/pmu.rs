@@ -76,9 +76,10 @@ impl Private {
     }
 }
 
-/// L3 references and misses of one access.
+/// The private cache's lookups, and L3 references and misses, of one access.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counted {
+    pub lookups: u64,
     pub references: u64,
     pub misses: u64,
 }
@@ -86,6 +87,7 @@ pub struct Counted {
 impl Counted {
     /// One line: whether the private cache and the L3 held it.
     pub fn line(&mut self, private_hit: bool, l3_hit: bool) {
+        self.lookups += 1;
         if !private_hit || !l3_hit {
             self.references += 1;
         }
@@ -131,30 +133,30 @@ mod tests {
     #[test]
     fn a_set_the_private_cache_holds_references_the_l3_once() {
         let n = sweep(16 * KIB, 3);
-        assert_eq!(n[0], Counted { references: 256, misses: 256 });
-        assert_eq!(n[1], Counted::default());
-        assert_eq!(n[2], Counted::default());
+        assert_eq!(n[0], Counted { lookups: 256, references: 256, misses: 256 });
+        assert_eq!(n[1], Counted { lookups: 256, ..Counted::default() });
+        assert_eq!(n[2], Counted { lookups: 256, ..Counted::default() });
     }
 
     #[test]
     fn a_set_between_the_two_references_every_line_and_misses_only_at_first() {
         let n = sweep(512 * KIB, 3);
-        assert_eq!(n[0], Counted { references: 8192, misses: 8192 });
-        assert_eq!(n[1], Counted { references: 8192, misses: 0 });
-        assert_eq!(n[2], Counted { references: 8192, misses: 0 });
+        assert_eq!(n[0], Counted { lookups: 8192, references: 8192, misses: 8192 });
+        assert_eq!(n[1], Counted { lookups: 8192, references: 8192, misses: 0 });
+        assert_eq!(n[2], Counted { lookups: 8192, references: 8192, misses: 0 });
     }
 
     #[test]
     fn a_stream_larger_than_the_l3_misses_on_every_line() {
         let n = sweep(2048 * KIB, 2);
-        assert_eq!(n[1], Counted { references: 32768, misses: 32768 });
+        assert_eq!(n[1], Counted { lookups: 32768, references: 32768, misses: 32768 });
     }
 
     #[test]
     fn a_line_the_l3_lost_is_a_reference_and_a_miss_though_the_private_cache_holds_it() {
         let mut n = Counted::default();
         n.line(true, false);
-        assert_eq!(n, Counted { references: 1, misses: 1 });
+        assert_eq!(n, Counted { lookups: 1, references: 1, misses: 1 });
     }
 
     #[test]
