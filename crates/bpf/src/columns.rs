@@ -511,6 +511,13 @@ impl PmuSource for PmuColumns {
         self.description.clone()
     }
 
+    fn slot_len(&self) -> Duration {
+        match self.src {
+            Source::Bpf(_) => Duration::from_millis(1),
+            Source::Perf(_) => PERF_READ_EVERY,
+        }
+    }
+
     fn counted(&self) -> Counted {
         self.counted
     }

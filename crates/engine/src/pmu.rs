@@ -84,6 +84,11 @@ pub trait PmuSource {
     fn counted(&self) -> Counted;
     /// How often it wants draining (the kernel keeps slots meanwhile).
     fn drain_every(&self) -> Duration;
+    /// The longest time one of its slots covers, up to its end (eBPF's 1 ms slots; a perf
+    /// read's period): how far before a slot's end its counts may have begun.
+    fn slot_len(&self) -> Duration {
+        Duration::from_millis(1)
+    }
     /// Count a container (from its start).
     fn follow(&mut self, c: &Container);
     fn unfollow(&mut self, id: &str);
@@ -154,6 +159,9 @@ pub struct Join {
     ran: crate::FastMap<Arc<str>, Duration>,
     /// CPU time each container that ran was charged so far, in ns.
     cpu: crate::FastMap<Arc<str>, u64>,
+    /// The domains where a container's rows have taken slots: only its first row there reaches
+    /// back to earlier slots (later rows follow on from the one before).
+    taken: crate::FastMap<String, Vec<u32>>,
 }
 
 /// A container that ran in a step, on one domain, and its counts there.
@@ -173,6 +181,7 @@ impl Join {
         self.slots.remove(id);
         self.ran.remove(id);
         self.cpu.remove(id);
+        self.taken.remove(id);
     }
 
     /// CPU time a followed container was charged so far, in µs, as its cgroup's `cpu.stat`
@@ -273,16 +282,30 @@ impl Join {
         Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)), after, until)
     }
 
-    /// Take the sums of a container's slots on `domain` that end by `until`.
-    pub fn take(&mut self, id: &str, domain: u32, until: Duration) -> Totals {
+    /// Take the sums of a container's slots on `domain` that end by `until`; for its first
+    /// row there, also the end of the earliest of them that counted something (that row
+    /// reaches back to it).
+    pub fn take(&mut self, id: &str, domain: u32, until: Duration) -> (Totals, Option<Duration>) {
         let Some(q) = self.slots.get_mut(id).and_then(|d| d.get_mut(&domain)) else {
-            return Totals::default();
+            return (Totals::default(), None);
         };
         let t = Self::sum(Some(q), Duration::ZERO, until);
-        while q.front().is_some_and(|(end, _)| *end <= until) {
+        let mut first = None;
+        while let Some((end, x)) = q.front().filter(|(end, _)| *end <= until) {
+            if first.is_none() && *x != Totals::default() {
+                first = Some(*end);
+            }
             q.pop_front();
         }
-        t
+        // No allocation but at a container's first row (a row a millisecond each is the hot path).
+        match self.taken.get_mut(id) {
+            Some(seen) if seen.contains(&domain) => return (t, None),
+            Some(seen) => seen.push(domain),
+            None => {
+                self.taken.insert(id.to_string(), vec![domain]);
+            }
+        }
+        (t, first)
     }
 }
 

@@ -353,8 +353,24 @@ impl State {
                     let driven = self.p.world.is_some();
                     for (row, &at) in q.rows[..n].iter_mut().zip(&q.at) {
                         let until = self.origin + at;
-                        let t = self.join.take(&row.container.id, row.domain, until);
-                        let from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
+                        let (t, first) = self.join.take(&row.container.id, row.domain, until);
+                        let mut from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
+                        // Counts from before the row's interval (a container is charged from
+                        // its first slot, which can precede its first row: found late, or
+                        // followed while its first interval was set up): the row reaches back
+                        // to them, so that what it says happened within it. Not where the row
+                        // carries bandwidth, whose interval is the hardware's read interval.
+                        let slot = self.p.pmu.as_ref().map_or(Duration::ZERO, |p| p.slot_len());
+                        let begun = first.map(|end| end.saturating_sub(slot));
+                        if let Some(begun) = begun.filter(|b| *b < from) {
+                            if row.mbm_total_bytes.is_none() && row.mbm_local_bytes.is_none() {
+                                // Whole intervals, as every row spans: rows stay on the grid.
+                                let iv = self.interval.as_nanos().max(1);
+                                let n = (until - begun).as_nanos().div_ceil(iv);
+                                row.interval_ns = (n * iv).min(i64::MAX as u128) as i64;
+                                from = until.saturating_sub(Duration::from_nanos(row.interval_ns as u64));
+                            }
+                        }
                         if self.p.pmu.as_ref().is_some_and(|p| p.uncounted(&row.container.id)) {
                             (row.pmu, row.cpu_ns) = (Pmu::default(), None);
                             if driven {

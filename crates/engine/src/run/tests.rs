@@ -361,6 +361,39 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     assert_eq!(cycles, k.rows.len() as u64 * 1000);
 }
 
+/// Slots from before a container's first row (it is charged from its first slot, which can
+/// precede the row: found late, or followed while the run set up) are that row's, and its
+/// interval reaches back to them: no row holds more CPU time than it is long.
+#[test]
+fn a_first_row_reaches_back_to_the_slots_before_it() {
+    let backend = Unsupported::new(vec![0], None, String::new(), "no RDT");
+    let script = Script(vec![("a", 0, None)], Vec::new());
+    let (mut p, kept) = parts(Box::new(backend), script, None, 1);
+    let origin = cachescope_platform::clock::monotonic();
+    let early = Duration::from_millis(20);
+    p.pmu = Some(Box::new(FakePmu {
+        followed: Vec::new(),
+        origin,
+        next: origin - early,
+        uncounted: None,
+        only: None,
+        horizon: Duration::from_secs(1),
+    }));
+    run(p, &opts(1, 30)).unwrap();
+    let k = kept[0].lock().unwrap();
+    let first = k.rows.iter().min_by_key(|r| r.time_ns).expect("rows");
+    assert!(first.interval_ns >= early.as_nanos() as i64, "the first row spans {} ns", first.interval_ns);
+    assert!(first.cpu_ns.unwrap_or(0) >= early.as_nanos() as u64, "{:?}", first.cpu_ns);
+    for r in k.rows.iter() {
+        assert!(
+            r.cpu_ns.unwrap_or(0) as i64 <= r.interval_ns,
+            "{} ns of CPU in {} ns",
+            r.cpu_ns.unwrap_or(0),
+            r.interval_ns
+        );
+    }
+}
+
 /// A container the PMU source could not count (its perf events failed to open) has null PMU
 /// columns and CPU time, never 0, while its neighbour's are counted.
 #[test]
