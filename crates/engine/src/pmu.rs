@@ -159,9 +159,9 @@ pub struct Join {
     ran: crate::FastMap<Arc<str>, Duration>,
     /// CPU time each container that ran was charged so far, in ns.
     cpu: crate::FastMap<Arc<str>, u64>,
-    /// The domains where a container's rows have taken slots: only its first row there reaches
-    /// back to earlier slots (later rows follow on from the one before).
-    taken: crate::FastMap<String, Vec<u32>>,
+    /// Where each container's last row in each domain ended: a row reaches back to earlier
+    /// slots no further than that (rows never overlap).
+    taken: crate::FastMap<String, Vec<(u32, Duration)>>,
 }
 
 /// A container that ran in a step, on one domain, and its counts there.
@@ -282,14 +282,39 @@ impl Join {
         Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)), after, until)
     }
 
-    /// Take the sums of a container's slots on `domain` that end by `until`; for its first
-    /// row there, also the end of the earliest of them that counted something (that row
-    /// reaches back to it).
-    pub fn take(&mut self, id: &str, domain: u32, until: Duration) -> (Totals, Option<Duration>) {
-        let Some(q) = self.slots.get_mut(id).and_then(|d| d.get_mut(&domain)) else {
-            return (Totals::default(), None);
+    /// Take the sums of a container's slots on `domain` that end in (`after`, `until`] (those
+    /// ending by `after`, the run's start, are dropped: no row covers them), for a row ending
+    /// at `until`; also the end of the earliest of them that counted something, and where
+    /// the container's previous row there ended (this row may reach back to the first, not
+    /// past the second).
+    pub fn take(
+        &mut self,
+        id: &str,
+        domain: u32,
+        after: Duration,
+        until: Duration,
+    ) -> (Totals, Option<Duration>, Option<Duration>) {
+        // No allocation but at a container's first row (a row a millisecond each is the hot path).
+        let prev = match self.taken.get_mut(id) {
+            Some(rows) => match rows.iter_mut().find(|(d, _)| *d == domain) {
+                Some((_, end)) => Some(std::mem::replace(end, until)),
+                None => {
+                    rows.push((domain, until));
+                    None
+                }
+            },
+            None => {
+                self.taken.insert(id.to_string(), vec![(domain, until)]);
+                None
+            }
         };
-        let t = Self::sum(Some(q), Duration::ZERO, until);
+        let Some(q) = self.slots.get_mut(id).and_then(|d| d.get_mut(&domain)) else {
+            return (Totals::default(), None, prev);
+        };
+        while q.front().is_some_and(|(end, _)| *end <= after) {
+            q.pop_front();
+        }
+        let t = Self::sum(Some(q), after, until);
         let mut first = None;
         while let Some((end, x)) = q.front().filter(|(end, _)| *end <= until) {
             if first.is_none() && *x != Totals::default() {
@@ -297,15 +322,7 @@ impl Join {
             }
             q.pop_front();
         }
-        // No allocation but at a container's first row (a row a millisecond each is the hot path).
-        match self.taken.get_mut(id) {
-            Some(seen) if seen.contains(&domain) => return (t, None),
-            Some(seen) => seen.push(domain),
-            None => {
-                self.taken.insert(id.to_string(), vec![domain]);
-            }
-        }
-        (t, first)
+        (t, first, prev)
     }
 }
 

@@ -353,15 +353,18 @@ impl State {
                     let driven = self.p.world.is_some();
                     for (row, &at) in q.rows[..n].iter_mut().zip(&q.at) {
                         let until = self.origin + at;
-                        let (t, first) = self.join.take(&row.container.id, row.domain, until);
+                        let (t, first, prev) = self.join.take(&row.container.id, row.domain, self.origin, until);
                         let mut from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
                         // Counts from before the row's interval (a container is charged from
-                        // its first slot, which can precede its first row: found late, or
-                        // followed while its first interval was set up): the row reaches back
-                        // to them, so that what it says happened within it. Not where the row
-                        // carries bandwidth, whose interval is the hardware's read interval.
+                        // its first slot, which can precede its first row when it was found
+                        // late): the row reaches back to them, within the run and not past
+                        // the container's previous row, so that what it says happened within
+                        // it. Not where the row carries bandwidth,
+                        // whose interval is the hardware's read interval. (Counts from before
+                        // the run's start, while it set up, are in no row.)
                         let slot = self.p.pmu.as_ref().map_or(Duration::ZERO, |p| p.slot_len());
-                        let begun = first.map(|end| end.saturating_sub(slot));
+                        let floor = prev.unwrap_or(self.origin).max(self.origin);
+                        let begun = first.map(|end| end.saturating_sub(slot).max(floor));
                         if let Some(begun) = begun.filter(|b| *b < from) {
                             if row.mbm_total_bytes.is_none() && row.mbm_local_bytes.is_none() {
                                 // Whole intervals, as every row spans: rows stay on the grid.

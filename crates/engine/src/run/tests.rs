@@ -361,36 +361,110 @@ fn without_cache_monitoring_rows_carry_pmu_and_cpu_columns() {
     assert_eq!(cycles, k.rows.len() as u64 * 1000);
 }
 
-/// Slots from before a container's first row (it is charged from its first slot, which can
-/// precede the row: found late, or followed while the run set up) are that row's, and its
-/// interval reaches back to them: no row holds more CPU time than it is long.
+/// Slots from before the run's start are in no row (a container there from the start: its
+/// first row held them all, 20 ms of CPU in 1 ms). A container found late is charged from its
+/// first slot: those slots (the source's orphans, given when it is followed) are in a row that
+/// reaches back for them, in whole intervals, never over the row before it.
 #[test]
 fn a_first_row_reaches_back_to_the_slots_before_it() {
     let backend = Unsupported::new(vec![0], None, String::new(), "no RDT");
-    let script = Script(vec![("a", 0, None)], Vec::new());
+    // "early" is there from the start; "late" is found 30 ms in, having run for 12 ms.
+    let script = Script(vec![("early", 0, None), ("late", 30, None)], Vec::new());
     let (mut p, kept) = parts(Box::new(backend), script, None, 1);
     let origin = cachescope_platform::clock::monotonic();
-    let early = Duration::from_millis(20);
-    p.pmu = Some(Box::new(FakePmu {
+    let backlog = Duration::from_millis(12);
+    // Slots from 20 ms before the run for the first: dropped.
+    p.pmu = Some(Box::new(Orphans {
         followed: Vec::new(),
-        origin,
-        next: origin - early,
-        uncounted: None,
-        only: None,
-        horizon: Duration::from_secs(1),
+        next: origin - Duration::from_millis(20),
+        backlog,
+        owed: Vec::new(),
     }));
-    run(p, &opts(1, 30)).unwrap();
+    run(p, &opts(1, 60)).unwrap();
     let k = kept[0].lock().unwrap();
-    let first = k.rows.iter().min_by_key(|r| r.time_ns).expect("rows");
-    assert!(first.interval_ns >= early.as_nanos() as i64, "the first row spans {} ns", first.interval_ns);
-    assert!(first.cpu_ns.unwrap_or(0) >= early.as_nanos() as u64, "{:?}", first.cpu_ns);
-    for r in k.rows.iter() {
-        assert!(
-            r.cpu_ns.unwrap_or(0) as i64 <= r.interval_ns,
-            "{} ns of CPU in {} ns",
-            r.cpu_ns.unwrap_or(0),
-            r.interval_ns
-        );
+    let first =
+        |id: &str| k.rows.iter().filter(|r| r.container.id == id).min_by_key(|r| r.time_ns).cloned().expect("rows");
+    let early = first("early");
+    assert!(early.interval_ns <= 2_000_000, "the early one's first row spans {} ns: before the run", early.interval_ns);
+    assert!(early.cpu_ns.unwrap_or(0) <= 2_000_000, "{:?} ns of CPU from before the run", early.cpu_ns);
+    // The late one's backlog is in a row that reaches back for it (its first counted row;
+    // here the engine's row at its birth came first, with nothing yet).
+    let back = k.rows.iter().filter(|r| r.container.id == "late").find(|r| r.cpu_ns.unwrap_or(0) > 1_000_000);
+    let back = back.expect("a row with the late one's backlog");
+    assert!(back.interval_ns > 1_000_000, "the backlog's row spans {} ns", back.interval_ns);
+    for id in ["early", "late"] {
+        let mut rows: Vec<&Row> = k.rows.iter().filter(|r| r.container.id == id).collect();
+        rows.sort_by_key(|r| r.time_ns);
+        for w in rows.windows(2) {
+            assert!(w[1].time_ns - w[1].interval_ns >= w[0].time_ns, "{id}: rows overlap");
+        }
+        for r in &rows {
+            assert_eq!(r.interval_ns % 1_000_000, 0, "whole intervals");
+        }
+    }
+    assert!(
+        k.rows.iter().filter(|r| r.container.id == "early").all(|r| r.cpu_ns.unwrap_or(0) as i64 <= r.interval_ns),
+        "no row holds more CPU than it is long"
+    );
+}
+
+/// 1 ms slots of 1 ms CPU for every followed container, delivered as the run drains; a
+/// container followed late gets `backlog` of slots before that first (the orphans a source
+/// keeps for a cgroup no followed container held yet).
+struct Orphans {
+    followed: Vec<Arc<ContainerMeta>>,
+    next: Duration,
+    backlog: Duration,
+    owed: Vec<PmuSample>,
+}
+
+impl PmuSource for Orphans {
+    fn describe(&self) -> String {
+        "orphans".into()
+    }
+    fn counted(&self) -> Counted {
+        Counted { pmu: [false; 4], cpu_ns: true }
+    }
+    fn drain_every(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+    fn follow(&mut self, c: &Container) {
+        // The first follows come before any drain: only a later one has a backlog.
+        if !self.followed.is_empty() {
+            let mut end = self.next.saturating_sub(self.backlog);
+            while end < self.next {
+                end += Duration::from_millis(1);
+                self.owed.push(PmuSample {
+                    container: c.meta.clone(),
+                    domain: 0,
+                    end,
+                    values: [0; 4],
+                    cpu_ns: 1_000_000,
+                });
+            }
+        }
+        self.followed.push(c.meta.clone());
+    }
+    fn unfollow(&mut self, id: &str) {
+        self.followed.retain(|m| m.id != id);
+    }
+    fn drain(&mut self, wake: Duration, out: &mut Vec<PmuSample>) -> PartResult<Duration> {
+        out.append(&mut self.owed);
+        while self.next < wake {
+            self.next += Duration::from_millis(1);
+            for m in &self.followed {
+                out.push(PmuSample {
+                    container: m.clone(),
+                    domain: 0,
+                    end: self.next,
+                    values: [0; 4],
+                    cpu_ns: 1_000_000,
+                });
+            }
+        }
+        // Complete a few slots behind, as the kernel's slots are drained (eBPF: every 50 ms):
+        // a row waits for them, and a late container's orphans come with its first.
+        Ok(self.next.saturating_sub(Duration::from_millis(5)))
     }
 }
 
