@@ -5,6 +5,7 @@
 #                                           scripts/debug-kernel.sh unpacks; it builds that
 #                                           kernel too, once)
 #   scripts/resctrl-selftests.sh unstable   from unstable's newest linux-source-X.Y package
+#   scripts/resctrl-selftests.sh 6.12-amd64 from this release's linux-source-6.12
 # Built with the selftests' own flags (their Makefile: tools/include on the path; this
 # machine's uapi headers stand in for the tree's), static. Cached in
 # ${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}/resctrl-tests-KEY, KEY a hash of
@@ -14,6 +15,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
 # shellcheck source=lib/apt-suite.sh
 . "$here/lib/apt-suite.sh"
+# source_package PKG: the selftests' part of PKG's newest version (sets src and version), once.
+source_package() {
+  local pkg=$1
+  version=$(apt-cache "${APT_SUITE_OPTS[@]}" show "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
+  [ -n "$version" ] || { echo "resctrl-selftests: no $pkg package" >&2; exit 1; }
+  src=$cache/selftests-src-$pkg-$version
+  if [ ! -e "$src/.complete" ]; then
+    rm -rf "$src" "$src.part" && mkdir -p "$src.part"
+    (cd "$src.part" && apt-get "${APT_SUITE_OPTS[@]}" download -qq "$pkg=$version" >&2)
+    # Only what the selftests build from: their directory, kselftest's headers, tools/include.
+    dpkg-deb --fsys-tarfile "$src.part"/*.deb | tar -xO "./usr/src/$pkg.tar.xz" | xz -dc \
+      | tar -x -C "$src.part" --strip-components=1 --wildcards "$pkg/tools/testing/selftests/resctrl/*" \
+        "$pkg/tools/testing/selftests/kselftest*" "$pkg/tools/include/*"
+    rm -f "$src.part"/*.deb
+    touch "$src.part/.complete"
+    mv "$src.part" "$src"
+  fi
+}
 case "${1:-}" in
   "")
     image=$("$here/debug-kernel.sh")
@@ -24,22 +43,16 @@ case "${1:-}" in
     apt_unstable
     pkg=$(apt-cache "${APT_SUITE_OPTS[@]}" search '^linux-source-[0-9.]+$' 2>/dev/null | cut -d' ' -f1 | sort -V | tail -1)
     [ -n "$pkg" ] || { echo "resctrl-selftests: no linux-source package in unstable" >&2; exit 1; }
-    version=$(apt-cache "${APT_SUITE_OPTS[@]}" show "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
-    src=$cache/selftests-src-$pkg-$version
-    if [ ! -e "$src/.complete" ]; then
-      rm -rf "$src" "$src.part" && mkdir -p "$src.part"
-      (cd "$src.part" && apt-get "${APT_SUITE_OPTS[@]}" download -qq "$pkg=$version" >&2)
-      # Only what the selftests build from: their directory, kselftest's headers, tools/include.
-      dpkg-deb --fsys-tarfile "$src.part"/*.deb | tar -xO "./usr/src/$pkg.tar.xz" | xz -dc \
-        | tar -x -C "$src.part" --strip-components=1 --wildcards "$pkg/tools/testing/selftests/resctrl/*" \
-          "$pkg/tools/testing/selftests/kselftest*" "$pkg/tools/include/*"
-      rm -f "$src.part"/*.deb
-      touch "$src.part/.complete"
-      mv "$src.part" "$src"
-    fi
+    source_package "$pkg"
+    ;;
+  [0-9]*.[0-9]*-amd64)
+    # This release's linux-source-X.Y (6.12: bookworm's security updates), for the guest
+    # kernel scripts/debian-kernel.sh X.Y-amd64 boots.
+    APT_SUITE_OPTS=()
+    source_package "linux-source-${1%-amd64}"
     ;;
   *)
-    echo "usage: resctrl-selftests.sh [unstable]" >&2
+    echo "usage: resctrl-selftests.sh [unstable | X.Y-amd64]" >&2
     exit 2
     ;;
 esac

@@ -475,14 +475,15 @@ fn device_errors_reach_the_rows_never_as_numbers() {
 
 /// The kernel's own CMT selftest (tools/testing/selftests/resctrl of the guest kernel's source,
 /// built unmodified: scripts/resctrl-selftests.sh) on the RDT machine, five runs in one boot,
-/// Intel and AMD, on this release's 6.1 and unstable's 7.2: each fills a span of the LLC (the
-/// ways its group may fill: 5 of 16 on 6.1; 1, 5, 8 and 15 or 16 on 7.2) in a new group after
+/// Intel and AMD, on this release's 6.1 and 6.12 and unstable's 7.2: each fills a span of the
+/// LLC (the ways its group may fill: 5 of 16 on 6.1; 1, 5, 8 and 15 or 16 on 6.12 and 7.2) in a
+/// new group after
 /// flushing its buffer, so every run after the first reads what the model did with CLFLUSH
 /// (before flushes were modelled: -100 %, -100 %, -65 % ...). Asserted here within 15 % of the
 /// span, as the selftest's own rule, without its 2 MB of slack that hides a reading of 0 below
 /// 2 MB; each run's error printed. On Intel, with the machine's PMU, the CAT selftests too
-/// (6.1's `cat`, 7.2's `l3_cat` and `l3_noncont_cat`): LLC misses counted by perf must grow as
-/// the ways a group may fill shrink.
+/// (6.1's `cat`, 6.12's and 7.2's `l3_cat` and `l3_noncont_cat`): LLC misses counted by perf
+/// must grow as the ways a group may fill shrink.
 #[test]
 fn the_kernels_cmt_selftest_reads_its_span_run_after_run() {
     let Some((qemu, dir, work)) = device_machine("the kernel's CMT selftest (cache allocation)") else { return };
@@ -501,6 +502,10 @@ fn the_kernels_cmt_selftest_reads_its_span_run_after_run() {
         // on silicon as here: 15 is the most an Intel L3 of 16 ways takes.
         ("unstable", "GenuineIntel", &intel, format!("{quirk} cs_bits=5,1,5,8,15 cs_cat=l3_cat,l3_noncont_cat")),
         ("unstable", "AuthenticAMD", &amd, "cs_bits=5,1,5,8,16".to_string()),
+        // This release's 6.12 (bookworm's security updates; its linux-source-6.12 for the
+        // selftests): the tests' names and -n as 7.2's.
+        ("6.12-amd64", "GenuineIntel", &intel, format!("{quirk} cs_bits=5,1,5,8,15 cs_cat=l3_cat,l3_noncont_cat")),
+        ("6.12-amd64", "AuthenticAMD", &amd, "cs_bits=5,1,5,8,16".to_string()),
     ];
     let mut failed = Vec::new();
     for (kernel, vendor, machine, append) in &runs {
