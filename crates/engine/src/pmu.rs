@@ -148,20 +148,25 @@ impl Totals {
     }
 }
 
-/// Drained slots waiting for their rows: container id → domain → slots in time order; and
-/// the gaps, where rows get no values rather than a part of them.
+/// One container's slots in one domain, in time order, and where its last row there ended:
+/// a row reaches back to earlier slots no further than that (rows never overlap).
+#[derive(Default)]
+struct Slots {
+    q: VecDeque<(Duration, Totals)>,
+    row_end: Option<Duration>,
+}
+
+/// Drained slots waiting for their rows: container id → domain → slots; and the gaps, where
+/// rows get no values rather than a part of them.
 #[derive(Default)]
 pub struct Join {
-    slots: crate::FastMap<String, BTreeMap<u32, VecDeque<(Duration, Totals)>>>,
+    slots: crate::FastMap<String, BTreeMap<u32, Slots>>,
     gaps: VecDeque<(Duration, Duration)>,
     /// The containers that ran (a slot with CPU time or a count), and the end of the latest
     /// such slot: who ran in an interval is found here, without looking at every container.
     ran: crate::FastMap<Arc<str>, Duration>,
     /// CPU time each container that ran was charged so far, in ns.
     cpu: crate::FastMap<Arc<str>, u64>,
-    /// Where each container's last row in each domain ended: a row reaches back to earlier
-    /// slots no further than that (rows never overlap).
-    taken: crate::FastMap<String, Vec<(u32, Duration)>>,
 }
 
 /// A container that ran in a step, on one domain, and its counts there.
@@ -181,7 +186,6 @@ impl Join {
         self.slots.remove(id);
         self.ran.remove(id);
         self.cpu.remove(id);
-        self.taken.remove(id);
     }
 
     /// CPU time a followed container was charged so far, in µs, as its cgroup's `cpu.stat`
@@ -197,7 +201,7 @@ impl Join {
             let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else { continue };
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
-            doms.entry(s.domain).or_default().push_back((s.end, t));
+            doms.entry(s.domain).or_default().q.push_back((s.end, t));
             if t.cpu_ns > 0 {
                 match self.cpu.get_mut(s.container.id.as_str()) {
                     Some(c) => *c += t.cpu_ns,
@@ -235,8 +239,8 @@ impl Join {
     /// where something was counted.
     pub fn ran_in(&self, id: &Arc<str>, after: Duration, until: Duration, out: &mut Vec<Ran>) {
         let Some(doms) = self.slots.get(&**id) else { return };
-        for (&domain, q) in doms {
-            let totals = Self::sum(Some(q), after, until);
+        for (&domain, slots) in doms {
+            let totals = Self::sum(Some(&slots.q), after, until);
             if totals != Totals::default() {
                 out.push(Ran { id: id.clone(), domain, totals });
             }
@@ -279,7 +283,7 @@ impl Join {
     /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
     /// taking them.
     pub fn peek(&self, id: &str, domain: u32, after: Duration, until: Duration) -> Totals {
-        Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)), after, until)
+        Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)).map(|s| &s.q), after, until)
     }
 
     /// Take the sums of a container's slots on `domain` that end in (`after`, `until`] (those
@@ -294,23 +298,10 @@ impl Join {
         after: Duration,
         until: Duration,
     ) -> (Totals, Option<Duration>, Option<Duration>) {
-        // No allocation but at a container's first row (a row a millisecond each is the hot path).
-        let prev = match self.taken.get_mut(id) {
-            Some(rows) => match rows.iter_mut().find(|(d, _)| *d == domain) {
-                Some((_, end)) => Some(std::mem::replace(end, until)),
-                None => {
-                    rows.push((domain, until));
-                    None
-                }
-            },
-            None => {
-                self.taken.insert(id.to_string(), vec![(domain, until)]);
-                None
-            }
-        };
-        let Some(q) = self.slots.get_mut(id).and_then(|d| d.get_mut(&domain)) else {
-            return (Totals::default(), None, prev);
-        };
+        let Some(doms) = self.slots.get_mut(id) else { return (Totals::default(), None, None) };
+        let slots = doms.entry(domain).or_default();
+        let prev = slots.row_end.replace(until);
+        let q = &mut slots.q;
         while q.front().is_some_and(|(end, _)| *end <= after) {
             q.pop_front();
         }

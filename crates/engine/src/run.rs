@@ -359,9 +359,9 @@ impl State {
                         // its first slot, which can precede its first row when it was found
                         // late): the row reaches back to them, within the run and not past
                         // the container's previous row, so that what it says happened within
-                        // it. Not where the row carries bandwidth,
-                        // whose interval is the hardware's read interval. (Counts from before
-                        // the run's start, while it set up, are in no row.)
+                        // it. Not where the row carries bandwidth, whose interval is the
+                        // hardware's read interval. (Counts from before the run's start, while
+                        // it set up, are in no row.)
                         let slot = self.p.pmu.as_ref().map_or(Duration::ZERO, |p| p.slot_len());
                         let floor = prev.unwrap_or(self.origin).max(self.origin);
                         let begun = first.map(|end| end.saturating_sub(slot).max(floor));

@@ -408,6 +408,11 @@ fn a_first_row_reaches_back_to_the_slots_before_it() {
     );
 }
 
+/// A slot of 1 ms of CPU time (and no counts) for container `m`, ending at `end`.
+fn cpu_slot(m: &Arc<ContainerMeta>, end: Duration) -> PmuSample {
+    PmuSample { container: m.clone(), domain: 0, end, values: [0; 4], cpu_ns: 1_000_000 }
+}
+
 /// 1 ms slots of 1 ms CPU for every followed container, delivered as the run drains; a
 /// container followed late gets `backlog` of slots before that first (the orphans a source
 /// keeps for a cgroup no followed container held yet).
@@ -434,13 +439,7 @@ impl PmuSource for Orphans {
             let mut end = self.next.saturating_sub(self.backlog);
             while end < self.next {
                 end += Duration::from_millis(1);
-                self.owed.push(PmuSample {
-                    container: c.meta.clone(),
-                    domain: 0,
-                    end,
-                    values: [0; 4],
-                    cpu_ns: 1_000_000,
-                });
+                self.owed.push(cpu_slot(&c.meta, end));
             }
         }
         self.followed.push(c.meta.clone());
@@ -453,13 +452,7 @@ impl PmuSource for Orphans {
         while self.next < wake {
             self.next += Duration::from_millis(1);
             for m in &self.followed {
-                out.push(PmuSample {
-                    container: m.clone(),
-                    domain: 0,
-                    end: self.next,
-                    values: [0; 4],
-                    cpu_ns: 1_000_000,
-                });
+                out.push(cpu_slot(m, self.next));
             }
         }
         // Complete a few slots behind, as the kernel's slots are drained (eBPF: every 50 ms):
@@ -643,13 +636,7 @@ impl PmuSource for PacedPmu {
         while self.next < wake + Duration::from_millis(1) {
             self.next += Duration::from_millis(1);
             for m in self.followed.iter().filter(|m| self.busy.contains(&m.id.as_str())) {
-                out.push(PmuSample {
-                    container: m.clone(),
-                    domain: 0,
-                    end: self.next,
-                    values: [0; 4],
-                    cpu_ns: 1_000_000,
-                });
+                out.push(cpu_slot(m, self.next));
             }
         }
         Ok(self.next)
