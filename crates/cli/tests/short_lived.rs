@@ -232,15 +232,21 @@ fn short_lived(n: usize, busy_ms: u32, pinned: bool) {
     let (charged, used): (i64, i64) =
         truth.keys().map(|k| (got[k].cpu_ns, truth[k].usage_ns)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     let total = charged as f64 / used as f64;
+    let uncharged: i64 = truth.values().map(|t| t.uncharged_ns).sum();
     // Alone: 0.999-1.006. In one full CI run, after the RDT machine's tests: 0.9855 (40
-    // pinned cgroups each about 1 ms short), not explained yet.
-    assert!((0.98..=1.05).contains(&total), "all of them: {charged} of {used} ns ({total:.4})");
+    // pinned cgroups each about 1 ms short), not explained yet. Above, as for each one: the
+    // interrupts and steal cpu-clock counts and cpu.stat does not (an unpinned run here read
+    // 1.0716 of cpu.stat without them in the bound).
+    assert!(
+        total >= 0.98 && charged <= used * 105 / 100 + uncharged,
+        "all of them: {charged} of {used} ns ({total:.4}; {uncharged} ns of interrupts and steal while they ran)"
+    );
     let idle: i64 = got.iter().filter(|(k, _)| k.starts_with("idle")).map(|(_, g)| g.cpu_ns).sum();
     assert!(idle < 5_000_000, "the idle sibling gained {idle} ns");
     ratios.sort_by(f64::total_cmp);
     stop_after.sort_unstable();
     println!(
-        "{n} x {busy_ms} ms{}: CPU time charged / cpu.stat min {:.3} median {:.3} max {:.3}, all {total:.4}; stopped row after rmdir: median {:.2} ms, max {:.2} ms; idle sibling {idle} ns",
+        "{n} x {busy_ms} ms{}: CPU time charged / cpu.stat min {:.3} median {:.3} max {:.3}, all {total:.4} (interrupts and steal meanwhile: {uncharged} ns); stopped row after rmdir: median {:.2} ms, max {:.2} ms; idle sibling {idle} ns",
         if pinned { " (pinned)" } else { "" },
         ratios[0],
         ratios[ratios.len() / 2],
