@@ -159,7 +159,7 @@ if [ "${cs_mode:-}" = assign ]; then
   mkdir $C/pin
   # The pinned stream exists (stopped) before cachescope starts, so that it is tagged before it
   # streams: this test is about counters, not about how soon a container is tagged. It streams
-  # for 16 s, from 5 s to about 21 s of the 50 s run: a tick that reads 600 counter files under
+  # for 16 s, from its first measured row (about 5 s) to about 21 s of the 50 s run: a tick that reads 600 counter files under
   # TCG took up to 2.5 s in a CI run, and 8 s then held only 3 whole rows of the 5 the test needs.
   taskset 0x1 sh -c "echo \$\$ > $C/pin/cgroup.procs && exec env RDT_WORK_STOP=1 rdt-work stream 16M 16 $((LLC * 4))" >/tmp/pin.out 2>&1 &
   PIN=$!
@@ -172,7 +172,15 @@ if [ "${cs_mode:-}" = assign ]; then
   cachescope monitor --backend resctrl --pmu off --containers 'ctr/*' --interval 1s \
     --mbm-rotate 3s --mbm-pin 'ctr/pin' --jsonl --duration 50s >/tmp/rows.jsonl 2>/tmp/err.txt &
   CS=$!
-  sleep 5
+  # The stream goes once the pinned container has a measured row (its counter assigned and a
+  # baseline read): a fixed 5 s here was once not enough on a loaded host, and the stream's
+  # first row in its window was that baseline, null. 60 s is a hang.
+  _w=0
+  until grep '"cgroup_path":"ctr/pin"' /tmp/rows.jsonl 2>/dev/null | grep -q '"mbm_total_bytes":[0-9]' || [ $_w -ge 600 ]; do
+    sleep 0.1
+    _w=$((_w + 1))
+  done
+  say pin_measured_after="$((_w / 10)) s"
   say on_mkdir_during="$(cat $R/info/L3_MON/mbm_assign_on_mkdir)"
   kill -CONT $PIN
   wait $PIN

@@ -164,7 +164,7 @@ impl ContainerGroups {
                 match self.rc.assign(&m.group, e, &doms, true) {
                     Ok(()) => {
                         self.stats.counters_assigned += 1;
-                        m.epoch += 1;
+                        m.epoch[usize::from(e != "mbm_total_bytes")] += 1;
                         m.reads_since_assign = 0;
                         if e == "mbm_total_bytes" {
                             got.0 = true;
