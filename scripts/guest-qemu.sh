@@ -13,6 +13,8 @@
 #                            "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M"
 #   CACHESCOPE_QEMU_TCG      options for -accel tcg, e.g. ",thread=single" (one host thread
 #                            for every vCPU; kmod/README.md says when that matters)
+#   CACHESCOPE_QEMU_ICOUNT   -icount's options, e.g. "shift=3,sleep=off": the guest's clock
+#                            counts instructions (one host thread), idle time skipped
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_MITIGATIONS=on  the kernel's CPU-vulnerability mitigations as it chooses
@@ -117,6 +119,7 @@ mitigations=mitigations=off
 booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
+  ${CACHESCOPE_QEMU_ICOUNT:+-icount "$CACHESCOPE_QEMU_ICOUNT"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} ${CACHESCOPE_QEMU_APPEND:-}" \

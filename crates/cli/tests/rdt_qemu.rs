@@ -4,7 +4,7 @@
 //! of known footprint (tools/rdt-qemu/guest/work.c) do, on an Intel and an AMD CPU model:
 //! - CPUID: every vCPU shows cqm, cqm_llc, cqm_occup_llc, cqm_mbm_total, cqm_mbm_local; the L3
 //!   size the kernel reads is the model's; num_rmids is the device's;
-//! - occupancy: working sets of a quarter and a half of the LLC read W ± 10 %; an idle program
+//! - occupancy: working sets of a quarter and a half of the LLC read W -10..+40 %; an idle program
 //!   little (its exec and stack); the domain the workloads never ran on reads 0;
 //! - bandwidth: a stream of known rate reads within ± 5 % of the bytes it moved, over exactly
 //!   its window (it reads the kernel's counter itself just before and after);
@@ -59,9 +59,12 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
         assert_eq!(r["domains"], "mon_L3_00,mon_L3_01,", "one L3 domain per socket");
     }
 
-    // Idle: what its exec and stack filled (64-224 KiB seen), and nothing moved while it sleeps.
-    // Occupancy: W within 10 % (the workloads' lines are all their own: guest/resctrl.sh's
-    // settle).
+    // Idle: started before the flush, it holds what it touched since (0-16 KiB seen; 64-224
+    // KiB when it started after), and moved nothing while it sleeps.
+    // Occupancy: W, 10 % below at most (the workloads' lines are all their own:
+    // guest/resctrl.sh's settle), 40 % above: what the kernel filled in their context beside
+    // them (resctrl.sh says what). Seen: +0.6..+1.6 % in most runs, +33 % once in a CI run,
+    // +10..+42 % under QEMU's -icount. A model that counted a line twice reads +100 %.
     let idle = num(r, "idle_occ");
     assert!(idle < llc / 10, "the idle program holds {idle} B");
     let idle_moved = num(r, "idle_mbm") - num(r, "idle_mbm0");
@@ -71,7 +74,7 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
         let err = (got - w) as f64 / w as f64;
         println!("{vendor} {k}: {got} B for a {w} B working set ({:+.1} %)", 100.0 * err);
         let context = r.get("occ_context").map_or("", String::as_str);
-        assert!(err.abs() <= 0.10, "{k}: {got} B for {w} B (the median of 9 reads; {context})");
+        assert!((-0.10..=0.40).contains(&err), "{k}: {got} B for {w} B (the median of 9 reads; {context})");
     }
     if r["domains"].contains("mon_L3_01") {
         assert_eq!(num(r, "quarter_occ_d1"), 0, "nothing in the domain the workload never ran on");
