@@ -15,5 +15,25 @@ for a in "$@"; do [ "$a" = -q ] && quiet=1; done
 if ((!quiet)) && [ ! -x "$dir/release/cachescope" ]; then
   echo "build: cachescope (release) into $dir: about 10 minutes on 2 CPUs the first time, seconds afterwards" >&2
 fi
-cargo build --release --locked -p cachescope --target-dir "$dir" "$@" >&2
+cargo build --release --locked -p cachescope --target-dir "$dir" "$@" >&2 &
+cargo=$!
+# A line every 25 s while cargo builds: one crate (arrow's, ring's C) can take 40 s on 2 CPUs
+# with nothing new on the screen. The ticker's sleep holds no descriptor of ours, so a caller
+# reading this script's output is not kept waiting once cargo is done.
+beat=
+if ((!quiet)); then
+  (
+    s=0
+    while sleep 25 >/dev/null 2>&1; do
+      kill -0 "$cargo" 2>/dev/null || exit 0
+      s=$((s + 25))
+      echo "build: still building, ${s} s so far" >&2
+    done
+  ) >/dev/null &
+  beat=$!
+fi
+rc=0
+wait "$cargo" || rc=$?
+[ -z "$beat" ] || kill "$beat" 2>/dev/null || true
+[ "$rc" = 0 ] || exit "$rc"
 echo "$dir/release/cachescope"
