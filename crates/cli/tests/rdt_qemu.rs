@@ -62,9 +62,9 @@ fn check_resctrl(r: &HashMap<String, String>, vendor: &str, llc: i64, rmids: i64
     // Idle: started before the flush, it holds what it touched since (0-16 KiB seen; 64-224
     // KiB when it started after), and moved nothing while it sleeps.
     // Occupancy: W, 10 % below at most (the workloads' lines are all their own:
-    // guest/resctrl.sh's settle), 40 % above: what the kernel filled in their context beside
-    // them (resctrl.sh says what). Seen: +0.6..+1.6 % in most runs, +33 % once in a CI run,
-    // +10..+42 % under QEMU's -icount. A model that counted a line twice reads +100 %.
+    // guest/resctrl.sh's settle), 40 % above: what else ran in their context (+0.6..+2.0 %
+    // seen, +33 % once in a CI run, unexplained; docs/testing.md). A model that counted a line
+    // twice reads +100 %.
     let idle = num(r, "idle_occ");
     assert!(idle < llc / 10, "the idle program holds {idle} B");
     let idle_moved = num(r, "idle_mbm") - num(r, "idle_mbm0");

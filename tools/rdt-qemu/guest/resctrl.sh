@@ -24,11 +24,10 @@ if [ $mounted != 0 ]; then
   say done=1
   finish
 fi
-# Everything but the workloads on CPU 1: part of the kernel's work for a process that starts
-# or runs on CPU 0 beside a workload (page zeroing, copy-on-write copies, fork's) fills lines
-# under the workload's RMID. With QEMU's -icount, 40 short processes started on CPU 0 added
-# 160 KiB to a 1 MiB workload there (found with a dump of the model's lines and the code that
-# filled them).
+# Everything but the workloads on CPU 1, so that CPU 0's L3 domain holds what they filled. (With
+# one host thread for both vCPUs, -accel tcg,thread=single or -icount, the model charged CPU
+# 1's accesses to CPU 0's domain and RMID: a 1 MiB workload there read +40 % and more; the
+# default, one thread per vCPU, does not: docs/testing.md.)
 quiet_cpu0
 say num_rmids="$(cat $R/info/L3_MON/num_rmids)"
 say mon_features="$(tr '\n' , <$R/info/L3_MON/mon_features)"
