@@ -5,7 +5,7 @@
 //! - CPUID: every vCPU shows cqm, cqm_llc, cqm_occup_llc, cqm_mbm_total, cqm_mbm_local; the L3
 //!   size the kernel reads is the model's; num_rmids is the device's;
 //! - occupancy: working sets of a quarter and a half of the LLC read W -10..+40 %; an idle program
-//!   little (its exec and stack); the domain the workloads never ran on reads 0;
+//!   started before the flush next to nothing; the domain the workloads never ran on reads 0;
 //! - bandwidth: a stream of known rate reads within ± 5 % of the bytes it moved, over exactly
 //!   its window (it reads the kernel's counter itself just before and after);
 //! - a noisy neighbour: a thrasher takes a victim's lines, and `cachescope report` on what

@@ -62,10 +62,11 @@ struct Managed {
     reader: Option<GroupReader>,
     /// Bytes it held in the LLC at the last read (all domains): the counter plan's measure.
     occupancy: u64,
-    /// Counter assignments so far, of mbm_total_bytes and of mbm_local_bytes: a new one
+    /// Counter assignments so far of mbm_total_bytes, and of mbm_local_bytes: a new one
     /// restarts that event's count (a new generation), not the other's (a local counter
     /// assigned beside a kept total counter left the total's next row null).
-    epoch: [u64; 2],
+    epoch_total: u64,
+    epoch_local: u64,
     /// Reads since its last counter assignment (two make a figure: a baseline and a delta).
     reads_since_assign: u32,
     /// Another owner's group (the runtime made it): read only; never removed, its tasks and
@@ -263,7 +264,8 @@ impl ContainerGroups {
             generation,
             reader,
             occupancy: 0,
-            epoch: [0; 2],
+            epoch_total: 0,
+            epoch_local: 0,
             reads_since_assign: 0,
             foreign,
         };
@@ -478,7 +480,7 @@ impl CacheBackend for ContainerGroups {
                 .filter_map(|r| if let Value::Bytes(b) = r.value { Some(b) } else { None })
                 .sum();
             let counter = held.map(|h| h.get(id).map(|(how, _)| *how));
-            let generation = |e: usize| m.generation ^ (m.epoch[e] << 40);
+            let generation = |epoch: u64| m.generation ^ (epoch << 40);
             for &d in domains {
                 let mut s = RawSample::new(m.meta.clone(), d, now);
                 s.mbm_counter = counter.flatten();
@@ -499,11 +501,11 @@ impl CacheBackend for ContainerGroups {
                         s.status = st;
                     }
                     let Value::Bytes(b) = r.value else { continue };
-                    let cum = |e| Some(Cumulative { generation: generation(e), value: b });
+                    let cum = |epoch| Some(Cumulative { generation: generation(epoch), value: b });
                     match r.event {
                         Event::L3Occupancy => s.occupancy_bytes = Some(b),
-                        Event::MbmTotal => s.mbm_total = cum(0),
-                        Event::MbmLocal => s.mbm_local = cum(1),
+                        Event::MbmTotal => s.mbm_total = cum(m.epoch_total),
+                        Event::MbmLocal => s.mbm_local = cum(m.epoch_local),
                     }
                 }
                 out.push(s);

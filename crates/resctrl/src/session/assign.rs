@@ -164,11 +164,12 @@ impl ContainerGroups {
                 match self.rc.assign(&m.group, e, &doms, true) {
                     Ok(()) => {
                         self.stats.counters_assigned += 1;
-                        m.epoch[usize::from(e != "mbm_total_bytes")] += 1;
                         m.reads_since_assign = 0;
                         if e == "mbm_total_bytes" {
+                            m.epoch_total += 1;
                             got.0 = true;
                         } else {
+                            m.epoch_local += 1;
                             got.1 = true;
                         }
                     }
