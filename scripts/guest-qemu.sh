@@ -13,8 +13,10 @@
 #                            "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M"
 #   CACHESCOPE_QEMU_TCG      options for -accel tcg, e.g. ",thread=single" (one host thread
 #                            for every vCPU; kmod/README.md says when that matters)
-#   CACHESCOPE_QEMU_ICOUNT   -icount's options, e.g. "shift=3,sleep=off": the guest's clock
-#                            counts instructions (one host thread), idle time skipped
+#   CACHESCOPE_QEMU_ICOUNT   -icount's options (default "shift=3,sleep=off": the guest's
+#                            clock counts instructions, 8 ns each, and skips idle time; one
+#                            host thread runs every vCPU); "off": the guest's clock is the
+#                            host's and each vCPU has a host thread
 #   CACHESCOPE_QEMU_APPEND   more kernel parameters; key=value ones unknown to the kernel reach
 #                            /init as environment variables
 #   CACHESCOPE_QEMU_MITIGATIONS=on  the kernel's CPU-vulnerability mitigations as it chooses
@@ -116,10 +118,18 @@ case $kernel in *rt*) irqdebug=noirqdebug ;; esac
 mitigations=mitigations=off
 [ "${CACHESCOPE_QEMU_MITIGATIONS:-}" = on ] && mitigations=
 
+# -icount: the guest's time is virtual, counted in instructions. What a guest check measures
+# against its own clock (a stream's rate, CPU time against the module's charge, a container's
+# first 50 ms) no longer moves with the host's load, a guest idle in sleep(1) costs no host time,
+# and one host thread runs both vCPUs, so two guests share our two CPUs. It needs QEMU with
+# tools/rdt-qemu's patch 0007 on the RDT machine (without it the plugin was told the wrong vCPU).
+icount=${CACHESCOPE_QEMU_ICOUNT:-shift=3,sleep=off}
+[ "$icount" = off ] && icount=
+
 booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
-  ${CACHESCOPE_QEMU_ICOUNT:+-icount "$CACHESCOPE_QEMU_ICOUNT"} \
+  ${icount:+-icount "$icount"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} ${CACHESCOPE_QEMU_APPEND:-}" \

@@ -69,9 +69,13 @@ rm -f "$out/extra.cpio"
 vmlinuz=$(scripts/debian-kernel.sh | tail -1)
 booted=$(date +%s)
 rc=0
-# The serial console is the check's (no getty on it); mitigations off as guest-qemu.sh says why.
+# The serial console is the check's (no getty on it); mitigations off and the clock virtual
+# (-icount) as guest-qemu.sh says why.
+icount=${CACHESCOPE_QEMU_ICOUNT:-shift=3,sleep=off}
+[ "$icount" = off ] && icount=
 # shellcheck disable=SC2086 # the machine arguments are words
 timeout "${CACHESCOPE_QEMU_TIMEOUT:-600}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
+  ${icount:+-icount "$icount"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1536 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
   -append "console=ttyS0 panic=-1 loglevel=4 mitigations=off systemd.mask=serial-getty@ttyS0.service systemd.show_status=0 ${CACHESCOPE_QEMU_APPEND:-}" \
