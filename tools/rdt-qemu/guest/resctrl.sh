@@ -25,10 +25,10 @@ if [ $mounted != 0 ]; then
   finish
 fi
 # Everything but the workloads on CPU 1, so that CPU 0's L3 domain holds what they filled. (With
-# one host thread for both vCPUs, -accel tcg,thread=single or -icount, the model charged CPU
-# 1's accesses to CPU 0's domain and RMID, QEMU's plugin layer giving a shared block's
-# callbacks the translating vCPU's index: a 1 MiB workload there read +40 % and more; the
-# default, one thread per vCPU, does not: docs/testing.md.)
+# one host thread for both vCPUs, as under -icount, QEMU's plugin layer gave a shared block's
+# callbacks the translating vCPU's index, and the model charged CPU 1's accesses to CPU 0's
+# domain and RMID: a 1 MiB workload there read +40 % and more until tools/rdt-qemu's patch
+# 0007; docs/testing.md.)
 quiet_cpu0
 say num_rmids="$(cat $R/info/L3_MON/num_rmids)"
 say mon_features="$(tr '\n' , <$R/info/L3_MON/mon_features)"
