@@ -6,8 +6,9 @@
 PHASES: "name seconds" lines; SKIPS: the lines cachescope_testkit::skip appended (a skipped
 test passed for the harness); BOOTS: the lines scripts/guest-qemu.sh appended, one per guest
 boot; JUNIT: cargo-nextest's JUnit files (one per run). Prints the time of each phase, the ten
-slowest tests, the guests' boots and one summary line; exits 0 (the phases' own exit
-statuses decide the run).
+slowest tests, the guests' boots, each failed test with its own words (the panic and the checks
+that failed: CI's log keeps the run's tail, where a test's full output may have been cut) and
+one summary line; exits 0 (the phases' own exit statuses decide the run).
 """
 
 import sys
@@ -20,6 +21,30 @@ def lines(path):
             return [l.rstrip("\n") for l in f if l.strip()]
     except FileNotFoundError:
         return []
+
+
+def failure_words(case, most=24, width=300):
+    """The lines that say why a test failed: nextest puts the panic (message and what follows
+    it) in <failure>; the RDT machine's tests also print `check NAME: FAILED: ...` lines, which
+    are kept from its stdout when the panic itself does not carry them."""
+    text = ""
+    for tag in ("failure", "error"):
+        e = case.find(tag)
+        if e is not None:
+            text = (e.text or e.get("message") or "").strip()
+            break
+    out = []
+    for l in text.splitlines():
+        if l.startswith("stack backtrace:"):
+            break  # the frames say where, the lines above say why
+        if l.strip():
+            out.append(l[:width])
+    so = case.find("system-out")
+    if so is not None and so.text:
+        out += [l.strip()[:width] for l in so.text.splitlines() if ": FAILED: " in l and l.strip()[:width] not in out]
+    if len(out) > most:
+        out = out[: most - 1] + [f"... {len(out) - most + 1} more lines in the test's output above"]
+    return out
 
 
 def main():
@@ -38,6 +63,7 @@ def main():
 
     cases = []
     failed = []
+    why = {}
     roots = []
     for junit_path in junit_paths:
         try:
@@ -54,6 +80,7 @@ def main():
                 cases.append((secs, name, bad, skipped))
                 if bad:
                     failed.append(name)
+                    why[name] = failure_words(case)
 
     if cases:
         print("the ten slowest tests:")
@@ -76,6 +103,8 @@ def main():
         print("failed:")
         for name in failed:
             print("  " + name)
+            for line in why.get(name, []):
+                print("    | " + line)
     ignored = sum(1 for c in cases if c[3])
     ran = len(cases) - ignored
     passed = ran - len(failed) - len(skips)
