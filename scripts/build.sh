@@ -5,7 +5,7 @@
 # /var/cache/cachescope/target-release, else target/), with the same environment, so that none
 # of them rebuilds what another built: SOURCE_DATE_EPOCH, for one, makes the C dependencies'
 # build scripts run again, and package.sh sets it only after this build.
-# Usage: scripts/build.sh [CARGO-BUILD-ARGUMENTS...]   (e.g. -q, or --example cri_pod)
+# Usage: scripts/build.sh [CARGO-BUILD-ARGUMENTS...]   (e.g. -q, or -p cachescope-interval-cost)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/release.sh

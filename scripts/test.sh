@@ -55,13 +55,13 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 phase rustfmt cargo fmt --all -- --check
 phase clippy cargo clippy --workspace --all-targets --locked -- -D warnings
-# The test binaries, and the release build the cost and guest tests use (crates/cli/tests/
-# common: scripts/build.sh's, in CACHESCOPE_RELEASE_TARGET), before any test runs: a build is
-# a phase of its own, not the first test's time.
+# The test binaries (and the cli's examples with them), and the release build the cost and guest
+# tests use (crates/cli/tests/common: scripts/build.sh's, in CACHESCOPE_RELEASE_TARGET, with the
+# instruction guard's interval_cost in the same cargo invocation), before any test runs: a build
+# is a phase of its own, not the first test's time.
 build() {
   cargo nextest run --workspace --locked --no-run --cargo-quiet \
-    && scripts/build.sh -q >/dev/null \
-    && scripts/build.sh -q --example cri_pod >/dev/null
+    && scripts/build.sh -q -p cachescope-interval-cost >/dev/null
 }
 phase build build
 # A Docker daemon for the tests that need real containers (as the machines run it: no

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{have, release_bin, release_example, repo};
+use common::{have, release_bin, release_tool, repo};
 use std::process::Command;
 
 #[test]
@@ -71,7 +71,7 @@ fn callgrind(cmd: &mut Command) -> u64 {
 }
 
 /// Cost follows activity (issue 42): 1,000 followed containers for 1 s at 1 ms, once with
-/// none of them running and once with all of them running (examples/interval_cost.rs: the
+/// none of them running and once with all of them running (crates/interval-cost: the
 /// engine, the live finder and the recorder on the `none` path, a stand-in for eBPF's
 /// slots), each against its count in tests/data/interval-instructions.txt: more than 20 %
 /// over it fails. The idle
@@ -83,7 +83,7 @@ fn an_interval_costs_what_ran_in_it_no_more_instructions_than_recorded() {
         cachescope_testkit::skip("needs valgrind (scripts/setup.sh installs it)");
         return;
     }
-    let bin = release_example("interval_cost");
+    let bin = release_tool("cachescope-interval-cost", "interval_cost");
     let file = repo().join("crates/cli/tests/data/interval-instructions.txt");
     let text = std::fs::read_to_string(&file).unwrap();
     let recorded = |kind: &str| -> u64 {

@@ -167,10 +167,30 @@ pub fn release_bin() -> PathBuf {
     BIN.get_or_init(|| release_build(&[]).join("cachescope")).clone()
 }
 
-/// The release build of the cli crate's example `name` (crates/cli/examples), built as
-/// [`release_bin`] is.
-pub fn release_example(name: &str) -> PathBuf {
-    release_build(&["--example", name]).join("examples").join(name)
+/// The release build of binary `bin` of workspace package `package`, built with cachescope in
+/// one cargo invocation (as scripts/build.sh builds it, so the shared crates are compiled once).
+pub fn release_tool(package: &str, bin: &str) -> PathBuf {
+    release_build(&["-p", package]).join(bin)
+}
+
+/// The cli crate's example `name`, from the debug build these tests belong to (cargo builds the
+/// examples with the tests, in the same target directory): an example is built with the cli's
+/// dev-dependencies, whose features make a release build of it compile every workspace crate
+/// a second time (50 s on 2 CPUs).
+pub fn debug_example(name: &str) -> PathBuf {
+    // This test's binary is TARGET/debug/deps/NAME-HASH.
+    let exe = std::env::current_exe().unwrap();
+    let Some(target) = exe.ancestors().nth(3) else { panic!("{}: not in a cargo target directory", exe.display()) };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    // Nothing to do when the tests' build made it; a run of one test binary may not have.
+    let o = Command::new(cargo)
+        .current_dir(repo())
+        .args(["build", "--locked", "-q", "-p", "cachescope", "--example", name, "--target-dir"])
+        .arg(target)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "debug build of example {name}: {}", String::from_utf8_lossy(&o.stderr));
+    target.join("debug/examples").join(name)
 }
 
 /// `cargo build --release` of the cli crate with `more` arguments, in the release target
