@@ -382,9 +382,12 @@ fi
 if [ "${cs_mode:-}" = hook ]; then
   W=$((LLC / 4))
   # CPU 0's L3 is the container's alone: this shell's polling (a grep and a sleep every 0.1 s)
-  # and cachescope run on CPU 1. The flush keeps its pages until the group is read: pages it
-  # freed would be the container's first, their lines still cached and the flush's (a 6.1
-  # guest read 80 % of W so, now and then; 7.2 with the NRI path, 35 %).
+  # and cachescope run on CPU 1. Pages freed on CPU 0 just before the container's workload
+  # would be its first, their lines still cached and charged to whoever freed them, and its
+  # writes to them hits that CMT charges to no one new. So the flush keeps its pages until the
+  # group is read (else a 6.1 guest read 80 % of W now and then; 7.2 with the NRI path, 35 %),
+  # and the hook runs on CPU 1: it exits just before the container starts (6.1 read 72 % of W
+  # once in 7 runs with the hook on CPU 0, 119-125 % otherwise).
   quiet_cpu0
   bundle() {
     b=/tmp/bundle-$1
@@ -392,7 +395,7 @@ if [ "${cs_mode:-}" = hook ]; then
     cp /bin/busybox /bin/rdt-work $b/rootfs/bin/
     for a in sh sleep echo; do ln -sf busybox $b/rootfs/bin/$a; done
     hooks=
-    [ "$2" = hook ] && hooks='"hooks": {"createRuntime": [{"path": "/bin/cachescope", "args": ["cachescope", "hook", "oci", "--containers", "ctr/*"]}]},'
+    [ "$2" = hook ] && hooks='"hooks": {"createRuntime": [{"path": "/bin/taskset", "args": ["taskset", "0x2", "/bin/cachescope", "hook", "oci", "--containers", "ctr/*"]}]},'
     cat >$b/config.json <<JSON
 {"ociVersion": "1.0.2",
  "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "cwd": "/", "env": ["PATH=/bin"],
