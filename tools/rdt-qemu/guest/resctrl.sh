@@ -37,10 +37,13 @@ say domains="$(ls $R/mon_data | tr '\n' ,)"
 file() { echo "$R/mon_groups/$1/mon_data/mon_L3_0${3:-0}/$2"; }
 occ() { cat "$(file "$1" llc_occupancy "$2")"; }
 mbm() { cat "$(file "$1" mbm_total_bytes "$2")"; }
-# samples GROUP: the median of 9 reads of its occupancy 0.1 s apart (the victim refills its lines
-# after every pause and the thrasher takes them again within milliseconds: one read is a coin).
+# samples GROUP: the median of 9 reads of its occupancy 0.11 ... 0.19 s apart (the victim refills
+# its lines after every pause and the thrasher takes them again within milliseconds: one read is
+# a coin). The gaps differ: in the guest's virtual time (-icount) the reads 0.1 s apart kept in
+# step with the victim's 50 ms pauses and all fell just after its pass (a CI run on 7.2 read
+# 1,978,368 B of its 2,109,440 beside the thrasher, which then held the whole L3).
 samples() {
-  for _ in 1 2 3 4 5 6 7 8 9; do occ "$1"; sleep 0.1; done | sort -n | sed -n 5p
+  for i in 1 2 3 4 5 6 7 8 9; do occ "$1"; sleep "0.1$i"; done | sort -n | sed -n 5p
 }
 # run GROUP COMMAND...: COMMAND in a new MON group, pinned to CPU 0, output in /tmp/GROUP.out.
 run() {

@@ -289,26 +289,23 @@ fn carried(work: &Path, scripts: &[&str], words: &str, kernel: &str) -> (std::ff
     (extra, tree)
 }
 
-/// QEMU's -icount for the RDT machine's guest running `script` (CACHESCOPE_QEMU_ICOUNT
-/// overrides; "off": a host thread per vCPU). The guest's clock counts instructions and jumps
-/// over idle time: a stream's rate, a workload's settle and a container's first milliseconds
-/// are measured in a time the host's load cannot stretch, and a guest waiting in sleep(1) costs
-/// no host time. One host thread runs both vCPUs, so two guests share two CPUs
-/// (.config/nextest.toml); the gain is in that pairing, not per guest
-/// (`kernel_resctrl_on_the_rdt_machine`: 203 s two at a time in CI3, 184 s one at a time with a
-/// thread per vCPU in CI1). 8 ns an instruction (shift=3), but 16 ns for the kernel's
-/// selftests, whose benchmarks run for a fixed number of seconds: half the instructions for the
-/// same readings (the selftests' test took 265 s against 375 at 8 ns, its 30 CMT readings
-/// within -2.6 ... +7.8 % of their spans against -2.4 ... +6.2 %). Not for the others: at 16 ns
-/// the PMU guests ran longer (253 s against 238: their loops have fixed lengths, and the
-/// clock's own interrupts come twice as often per instruction), and at 32 ns the workloads that
-/// run for a fixed time did too little (a thrasher took 14 % of its victim's lines, for 25 %
-/// asked; of 100 containers, 30 had no bandwidth figures). (The machine's patch
+/// QEMU's -icount for the RDT machine's guests (CACHESCOPE_QEMU_ICOUNT overrides; "off": a host
+/// thread per vCPU). The guest's clock counts instructions and jumps over idle time: a stream's
+/// rate, a workload's settle and a container's first milliseconds are measured in a time the
+/// host's load cannot stretch, and a guest waiting in sleep(1) costs no host time. One host
+/// thread runs both vCPUs, so two guests share two CPUs (.config/nextest.toml); the gain is in
+/// that pairing, not per guest (`kernel_resctrl_on_the_rdt_machine`: 203 s two at a time in
+/// CI3, 184 s one at a time with a thread per vCPU in CI1). 8 ns an instruction (shift=3) for
+/// every guest. 16 ns made the selftests' test 265 s instead of 375 with the same CMT readings,
+/// but a CI run then failed 6.12's L3_CAT selftest (its miss rate changed 0.5 % at 6 ways, 4 %
+/// asked), which passed in every run at 8 ns; the PMU's guests ran longer at 16 ns (253 s
+/// against 238: fixed-length loops, and twice the timer interrupts per instruction); at 32 ns
+/// the workloads that run for a fixed time did too little (a thrasher took 14 % of its victim's
+/// lines, 25 % asked; of 100 containers, 30 had no bandwidth figures). (The machine's patch
 /// 0007 is what makes one host thread right: before it the cache model was told the wrong
 /// vCPU.)
-fn icount(script: &str) -> String {
-    let shift = if script == "selftests.sh" { 4 } else { 3 };
-    std::env::var("CACHESCOPE_QEMU_ICOUNT").unwrap_or_else(|_| format!("shift={shift},sleep=off"))
+fn icount() -> String {
+    std::env::var("CACHESCOPE_QEMU_ICOUNT").unwrap_or_else(|_| "shift=3,sleep=off".into())
 }
 
 /// Runs scripts/guest-qemu.sh for `g` (with `checks`: that list and its length) and returns
@@ -340,7 +337,7 @@ fn launch(
             .env("CACHESCOPE_QEMU_TREE", tree)
             .env("CACHESCOPE_GUEST_KMOD", if g.kmod { "1" } else { "0" })
             .env("CACHESCOPE_GUEST_KERNEL", kernel)
-            .env("CACHESCOPE_QEMU_ICOUNT", icount(g.script));
+            .env("CACHESCOPE_QEMU_ICOUNT", icount());
         if let Some((list, n)) = checks {
             // guest-qemu.sh's 300 s for one script; a ceiling only a hang reaches.
             cmd.env("CACHESCOPE_QEMU_CHECKS", list).env("CACHESCOPE_QEMU_TIMEOUT", (120 + 240 * n).to_string());
