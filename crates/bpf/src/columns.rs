@@ -643,8 +643,9 @@ impl PmuSource for PmuColumns {
             Source::Bpf(a) => {
                 let slot_ns = a.slot_ns();
                 let rows = a.drain().map_err(PartError::failed)?;
-                // Every slot before the previous one is complete and drained.
-                let mark = Duration::from_nanos(a.current_slot().saturating_sub(1) * slot_ns);
+                // Every slot before the previous one at the drain's start is complete and
+                // drained (not at this line: the collector may have paused in between).
+                let mark = Duration::from_nanos(a.drained_below() * slot_ns);
                 // The map filled since the last drain (the collector fell behind): the slots
                 // where charges were dropped have partial counts.
                 let lost = a.lost_charges().map_err(PartError::failed)?;

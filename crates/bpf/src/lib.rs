@@ -185,6 +185,9 @@ pub struct Attribution {
     /// The attached programs (own descriptors), for their run time.
     progs: Vec<std::os::fd::OwnedFd>,
     pending: BTreeMap<(u64, u64, u32), SlotRow>,
+    /// The slots below this one were complete before the last drain read the map, and are
+    /// drained.
+    drained_below: u64,
     /// CPU index → domain.
     cpu_domain: Vec<u32>,
     cpu_totals: Vec<u64>,
@@ -359,6 +362,7 @@ impl Attribution {
             ticks: mode,
             progs,
             pending: BTreeMap::new(),
+            drained_below: 0,
             cpu_domain: Vec::new(),
             cpu_totals: vec![0; ncpus],
             keys: vec![Key::default(); BATCH],
@@ -442,14 +446,25 @@ impl Attribution {
     }
 
     /// Move everything accumulated in the kernel into our table (batched lookup-and-delete),
-    /// then return the slots that are complete (older than the previous slot, so a CPU still
-    /// finishing a charge across the boundary is not cut off), oldest first.
+    /// then return the slots that were complete when it began (older than the previous slot,
+    /// so a CPU still finishing a charge across the boundary is not cut off), oldest first.
+    /// The boundary is read before the map: read after it, a collector paused in between (a
+    /// CPU quota, a stop) declared complete the slots charged meanwhile, which were still in
+    /// the map, and the rows over them said 0 (the likely cause of a CI run's starved recorder
+    /// in `stalls.rs` reading 566 rows of 0 for a loop that ran).
     pub fn drain(&mut self) -> Result<Vec<SlotRow>, BpfError> {
-        self.collect()?;
         let complete_below = self.current_slot().saturating_sub(1);
+        self.collect()?;
+        self.drained_below = self.drained_below.max(complete_below);
         let later = self.pending.split_off(&(complete_below, 0, 0));
         let done = std::mem::replace(&mut self.pending, later);
         Ok(done.into_values().collect())
+    }
+
+    /// The slots below this one are drained: those complete when the last [`Self::drain`]
+    /// began.
+    pub fn drained_below(&self) -> u64 {
+        self.drained_below
     }
 
     /// Everything accumulated so far, complete or not (at shutdown).
