@@ -126,14 +126,22 @@ mitigations=mitigations=off
 icount=${CACHESCOPE_QEMU_ICOUNT:-off}
 [ "$icount" = off ] && icount=
 
+# A boot whose /init said nothing within a ceiling only a stalled vCPU reaches is booted once
+# more (scripts/lib/qemu-boot.sh): the debug kernel (KASAN, lockdep) boots slowest.
+boot_ceiling=${CACHESCOPE_QEMU_BOOT_TIMEOUT:-240}
+[ "$kernel" = debug ] && boot_ceiling=${CACHESCOPE_QEMU_BOOT_TIMEOUT:-600}
+# shellcheck source=scripts/lib/qemu-boot.sh
+. scripts/lib/qemu-boot.sh
+rm -f "$out/console.log.stalled"
 booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
-timeout "${CACHESCOPE_QEMU_TIMEOUT:-300}" "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
+qemu_boot guest-qemu "$out/console.log" "${CACHESCOPE_QEMU_TIMEOUT:-300}" "$boot_ceiling" \
+  "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel "tcg${CACHESCOPE_QEMU_TCG:-}" \
   ${icount:+-icount "$icount"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$vmlinuz" -initrd "$out/initramfs.cpio" \
   -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} ${CACHESCOPE_QEMU_APPEND:-}" \
-  -nographic -no-reboot -monitor none -nic none </dev/null >"$out/console.log" 2>&1 || rc=$?
+  -nographic -no-reboot -monitor none -nic none || rc=$?
 # A guest that did not end well: the console's last lines, which hold what the kernel said
 # (a guest whose serial output stopped reports only there), without the recordings' base64.
 # QEMU exits 0 when the guest reboots (a panic, with panic=-1, and -no-reboot) before its script
@@ -144,7 +152,7 @@ grep -aq '^CS-END' "$out/console.log" && ended=1
 # (kernel, module, initramfs), how it ended, what it was.
 if [ -n "${CACHESCOPE_BOOT_LOG:-}" ]; then
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(($(date +%s) - booted))" "prepared in $((booted - prepared)) s" \
-    "$([ $ended = 1 ] && echo ended || echo "FAILED(qemu ${rc:-0})")" "kernel=${kernel:-default}" \
+    "$([ $ended = 1 ] && echo ended || echo "FAILED(qemu ${rc:-0})")$([ -e "$out/console.log.stalled" ] && echo ", a boot stalled")" "kernel=${kernel:-default}" \
     "$(basename "$guest")" "${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2}${icount:+ -icount $icount}" "${CACHESCOPE_QEMU_APPEND:-}" \
     >>"$CACHESCOPE_BOOT_LOG"
 fi

@@ -8,6 +8,8 @@
 #   CS-END rc=N               last; then the guest powers off
 # cs_resctrl=1 (kernel parameter): the guest has resctrl (the RDT machine); the rows must then
 # hold LLC occupancy from the resctrl backend.
+# The check started: scripts/lib/qemu-boot.sh boots again a guest that never says so.
+echo "CS-BOOT cs-check at $(cut -d' ' -f1 /proc/uptime) s"
 say() { echo "CS-RESULT $*"; }
 end() {
   echo "CS-END rc=$1"

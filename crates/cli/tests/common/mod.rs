@@ -262,17 +262,6 @@ pub fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// The last ~2,000 bytes of a guest's console (cut at a character boundary), for a failure
-/// or a retried boot.
-pub fn console_tail(console: &Path) -> String {
-    let text = std::fs::read_to_string(console).unwrap_or_default();
-    let mut from = text.len().saturating_sub(2000);
-    while !text.is_char_boundary(from) {
-        from += 1;
-    }
-    text[from..].to_string()
-}
-
 /// What a child writes on a pipe, collected as it comes, so that a test waits for the event it
 /// needs (a line, a screen) rather than a fixed time.
 pub struct Watch {
