@@ -531,17 +531,87 @@ fn the_kernels_cmt_selftest_reads_its_span_run_after_run() {
                 failed.push(format!("{vendor} {} run {i}: {err:+.1} %, selftest ok={ok}", r["kernel"]));
             }
         }
-        // The CAT selftests: each must say ok (its own pass/fail lines are above).
+        // The CAT selftests: each must say ok (its own pass/fail lines are above), but for
+        // l3_cat's steps (6.12, 7.2) where the model's true LRU had already missed on every line of
+        // the buffer (`lru_saturated`).
         let cat = append.split_whitespace().find_map(|w| w.strip_prefix("cs_cat=")).unwrap_or_default();
         for t in cat.split(',').filter(|t| !t.is_empty()) {
             let ok = r.get(&format!("{t}_ok")).map_or("missing", String::as_str);
-            println!("{vendor} {} selftest {t}: {}", r["kernel"], if ok == "1" { "ok" } else { "not ok" });
-            if ok != "1" {
+            let saturated = if ok == "1" { None } else { lru_saturated(&r["selftest"], t) };
+            println!(
+                "{vendor} {} selftest {t}: {}",
+                r["kernel"],
+                match (ok, &saturated) {
+                    ("1", _) => "ok".to_string(),
+                    (_, Some(steps)) => format!("not ok, only at {steps}: every line of its buffer missed before and after (the model's true LRU; docs/rdt-machine.md)"),
+                    _ => "not ok".to_string(),
+                }
+            );
+            if ok != "1" && saturated.is_none() {
                 failed.push(format!("{vendor} {} selftest {t} not ok ({ok})", r["kernel"]));
             }
         }
     }
     assert!(failed.is_empty(), "{} (CS-SELFTEST lines above)", failed.join("; "));
+}
+
+/// Where the `test` selftest (6.12's `l3_cat`: `lines` are its CS-SELFTEST lines) failed only
+/// at steps whose misses were already saturated: its average LLC misses, at that step's ways
+/// and at the next (one way fewer), both at least the line count of its buffer (the first
+/// step's span), so every line missed at both and the step could not grow by the percentage
+/// asked. That is the cache model's true LRU on a cyclic sweep larger than the ways allowed
+/// (all or nothing per set), which silicon's adaptive replacement does not show, not a count
+/// the device got wrong: seen at 6 ways of 16 with a buffer of 8 ways' lines (32,773 and
+/// 33,235 misses for 32,768 lines: +1.4 % where 4 % is asked; another run +0.5 %), in two of
+/// about ten CI runs. Returns those steps ("6 ways (+1.4 %)"), or None where any failing
+/// step was not saturated, or none was found.
+fn lru_saturated(lines: &str, test: &str) -> Option<String> {
+    let prefix = format!("{test} # ");
+    let mut steps: Vec<(u64, u64, bool)> = Vec::new(); // (ways, average misses, failed)
+    let mut buffer = None;
+    for l in lines.lines().filter_map(|l| l.strip_prefix(&prefix)) {
+        let num = |p: &str| l.strip_prefix(p).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(bits) = num("Number of bits: ") {
+            steps.push((bits, 0, false));
+        } else if let (Some(avg), Some(s)) = (num("Average LLC val: "), steps.last_mut()) {
+            s.1 = avg;
+        } else if let Some(span) = num("Cache span (lines): ") {
+            buffer.get_or_insert(span);
+        } else if let (true, Some(s)) = (l.starts_with("Fail: Check cache miss rate changed"), steps.last_mut()) {
+            s.2 = true;
+        }
+    }
+    let buffer = buffer?;
+    let mut said = Vec::new();
+    for (i, &(bits, avg, _)) in steps.iter().enumerate().filter(|(_, s)| s.2) {
+        let next = steps.get(i + 1).map(|s| s.1)?;
+        if avg < buffer || next < buffer {
+            return None;
+        }
+        said.push(format!("{bits} ways ({:+.1} %)", 100.0 * (next as f64 - avg as f64) / avg as f64));
+    }
+    (!said.is_empty()).then(|| said.join(", "))
+}
+
+#[test]
+fn lru_saturation_is_told_from_a_failing_step() {
+    let step = |bits: u64, avg: u64, span: u64, verdict: &str| {
+        format!(
+            "l3_cat # Number of bits: {bits}\nl3_cat # Average LLC val: {avg}\nl3_cat # Cache span (lines): {span}\nl3_cat # {verdict}: Check cache miss rate changed more than 4.0%\n"
+        )
+    };
+    // CI9's 6.12 run: the 6-way step failed with both ends past the buffer's 32,768 lines.
+    let ci9 = step(8, 7632, 32768, "Pass")
+        + &step(7, 27179, 28672, "Pass")
+        + &step(6, 32773, 24576, "Fail")
+        + &step(5, 33235, 20480, "Pass");
+    assert_eq!(lru_saturated(&ci9, "l3_cat").as_deref(), Some("6 ways (+1.4 %)"));
+    // A failing step below the buffer's lines is a count to explain: not excused.
+    let short = step(8, 7632, 32768, "Pass") + &step(7, 20000, 28672, "Fail") + &step(6, 20100, 24576, "Pass");
+    assert_eq!(lru_saturated(&short, "l3_cat"), None);
+    // Nothing failed, or the last step failed with no next: nothing to excuse.
+    assert_eq!(lru_saturated(&(step(8, 7632, 32768, "Pass") + &step(7, 40000, 28672, "Pass")), "l3_cat"), None);
+    assert_eq!(lru_saturated(&(step(8, 33000, 32768, "Pass") + &step(7, 40000, 28672, "Fail")), "l3_cat"), None);
 }
 
 /// One column of the pqos CSV lines a guest printed under `tag` (CS-PQOS-TAG), in order.

@@ -355,6 +355,8 @@ fn results(said: &str) -> HashMap<String, String> {
     r.insert("pqos".into(), pqos.join("\n"));
     let perf: Vec<&str> = said.lines().filter(|l| l.starts_with("CS-PERF")).collect();
     r.insert("perf".into(), perf.join("\n"));
+    let selftest: Vec<&str> = said.lines().filter_map(|l| l.strip_prefix("CS-SELFTEST ")).collect();
+    r.insert("selftest".into(), selftest.join("\n"));
     r
 }
 
