@@ -170,16 +170,18 @@ fn check_kernel(kernel: &str) {
 
     // MBM counted from the container's first millisecond: the kernel tagged the cgroup at
     // mkdir, before user space knew it (and the nested cgroup with it); 1 byte per ns of CPU
-    // time, from -2 % (a late tag loses the first milliseconds) to +5 %: each switch away
+    // time, from -2 % (a late tag loses the first milliseconds) to +10 %: each switch away
     // charges the task the scheduler's path from its last CPU-time update to the probe (with
     // a host thread per vCPU: +0.2 % on an idle host, +0.0 to +1.8 % with three busy loops
     // beside the guest; under -icount -0.1 to +0.3 % alone, up to +4.5 % (6.1-rt) with two
-    // host busy loops beside it and +0.8 % with three: docs/testing.md says why).
+    // host busy loops beside it and +0.8 % with three, and +5.15 % on 6.1-rt among the tests
+    // in one CI run: docs/testing.md says why). Up to +10 % under -icount: a doubled charge,
+    // what this guards against, is still far outside it.
     // -5/+15 % on the debug kernel, whose instrumented path is longer: seen +0.8 to +3.1 %
     // with a debug build of cachescope in the guest, +2.7 to +8.1 % with the release build,
     // which reads the ring far more often (more switches on the busy CPU, each charging the
     // leaving task the path from its last CPU-time update to the probe).
-    let within = if kernel == "debug" { 0.95..=1.15 } else { 0.98..=1.05 };
+    let within = if kernel == "debug" { 0.95..=1.15 } else { 0.98..=1.10 };
     for name in ["busy", "extra"] {
         let want = num(&format!("{name}_usage_usec")) * 1000;
         let got = sum(name, "mbm_total_bytes");
