@@ -132,7 +132,6 @@ boot_ceiling=${CACHESCOPE_QEMU_BOOT_TIMEOUT:-240}
 [ "$kernel" = debug ] && boot_ceiling=${CACHESCOPE_QEMU_BOOT_TIMEOUT:-600}
 # shellcheck source=scripts/lib/qemu-boot.sh
 . scripts/lib/qemu-boot.sh
-rm -f "$out/console.log.stalled"
 booted=$(date +%s)
 # shellcheck disable=SC2086 # the machine arguments are words
 qemu_boot guest-qemu "$out/console.log" "${CACHESCOPE_QEMU_TIMEOUT:-300}" "$boot_ceiling" \

@@ -73,11 +73,10 @@ rc=0
 # asked, as guest-qemu.sh says why.
 icount=${CACHESCOPE_QEMU_ICOUNT:-off}
 [ "$icount" = off ] && icount=
-# shellcheck disable=SC2086 # the machine arguments are words
 # A boot whose check said nothing within 300 s is booted once more (scripts/lib/qemu-boot.sh).
 # shellcheck source=scripts/lib/qemu-boot.sh
 . scripts/lib/qemu-boot.sh
-rm -f "$out/console.log.stalled"
+# shellcheck disable=SC2086 # the machine arguments are words
 qemu_boot guest-systemd "$out/console.log" "${CACHESCOPE_QEMU_TIMEOUT:-600}" "${CACHESCOPE_QEMU_BOOT_TIMEOUT:-300}" \
   "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
   ${icount:+-icount "$icount"} \
