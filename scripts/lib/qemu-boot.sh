@@ -7,8 +7,8 @@
 # the systemd guest with a thread per vCPU); waiting for the whole ceiling cost up to 10
 # minutes, and the same guest booted again passes. The stalled boot's console is kept as
 # CONSOLE.stalled (removed first, so that it tells of this run) and its end printed on stderr.
-# Returns QEMU's status (timeout's 124 at the ceiling), or 75 when the second boot stalled too. Sourced by scripts/guest-qemu.sh and
-# scripts/guest-systemd.sh; the guests' first line (scripts/lib/guest-init.sh,
+# Returns QEMU's status (timeout's 124 at the ceiling), or 75 when the second boot stalled too.
+# Sourced by scripts/guest-qemu.sh and scripts/guest-systemd.sh; the guests' first line (scripts/lib/guest-init.sh,
 # scripts/lib/systemd-check.sh) is the CS-BOOT line.
 qemu_boot() {
   local name=$1 console=$2 ceiling=$3 boot=$4
