@@ -43,6 +43,7 @@ APT_NEEDS=(
   "kubectl:kubernetes-client"  # renders deploy/kubernetes's kustomization (kubectl kustomize)
   "valgrind:valgrind"  # counts the hot path's instructions (crates/cli/tests/instructions.rs)
   "protoc:protobuf-compiler"  # the CRI's protos, for the pod test's CRI client (crates/cli/tests/kubernetes.rs)
+  "zstd:zstd"          # unpacks Debian's newer kernels for QEMU's PVH boot (scripts/lib/pvh-kernel.py)
   "patchelf:patchelf"  # unstable's crun beside this release's libc, in the RDT guest (scripts/debian-crun.sh)
 )
 APT_HEADERS=(
