@@ -3,9 +3,9 @@
 
     scripts/lib/pvh-kernel.py BZIMAGE
 
-Under TCG a bzImage's decompressor is the slowest part of a guest's boot: Debian's xz-packed 6.1
-took 6 of a 15.6 s boot on the RDT machine before the kernel said a word (9.6 s booted as an ELF
-vmlinux). QEMU boots an ELF vmlinux that carries Xen's PVH entry note (type 18, CONFIG_PVH)
+Under TCG a bzImage's decompressor is the slowest part of a guest's boot: on the RDT machine a
+boot of Debian's xz-packed 6.1 took 15.6 s, 9 s of them before the kernel said a word, and 9.6 s
+booted as an ELF vmlinux. QEMU boots an ELF vmlinux that carries Xen's PVH entry note (type 18, CONFIG_PVH)
 straight into the kernel. The vmlinux is unpacked once (xz, gzip or zstd, whichever of the
 bzImage's payloads unpacks to an ELF file), kept beside the bzImage under pvh/ keyed by the
 bzImage's content, and its note checked. Where there is no such payload or note, BZIMAGE itself

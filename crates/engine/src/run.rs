@@ -610,8 +610,8 @@ fn give_back() {
     }
 }
 
-/// [`Pending::trim`] for any buffer: down to `keep` (or what it holds) when its room is more
-/// than four times that.
+/// Give back what a burst left in a buffer (a Vec keeps its largest size): down to `keep` (or
+/// what it holds) when its room is more than four times that.
 fn trim<T>(v: &mut Vec<T>, keep: usize) {
     if v.capacity() > 4 * keep.max(v.len()) {
         v.shrink_to(keep.max(v.len()));

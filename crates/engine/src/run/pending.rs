@@ -28,10 +28,8 @@ impl Pending {
     /// Give back memory a burst left (a Vec keeps its largest size): down to `keep` rows'
     /// room when it holds far more than it needs.
     pub(super) fn trim(&mut self, keep: usize) {
-        if self.rows.capacity() > 4 * keep.max(self.rows.len()) {
-            self.rows.shrink_to(keep.max(self.rows.len()));
-            self.at.shrink_to(keep.max(self.at.len()));
-        }
+        super::trim(&mut self.rows, keep);
+        super::trim(&mut self.at, keep);
     }
 
     pub(super) fn forget(&mut self, id: String) {
