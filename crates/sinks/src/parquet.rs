@@ -8,8 +8,8 @@
 //! appends a footer made of the journal's entries that verify, so a crash loses at most one
 //! flush interval, and damage costs only the row groups it touches.
 //!
-//! Write failures (disk full, directory gone) do not lose accepted rows: the batch that could
-//! not be written stays in memory (up to `max_pending_bytes`, oldest dropped and counted beyond
+//! Write failures (disk full, directory gone) do not lose accepted rows: the rows that could
+//! not be written stay in memory (up to `max_pending_bytes`, oldest dropped and counted beyond
 //! that), the broken file is cut back to its last good row group and closed, and writing is
 //! retried on a new file at the next flush.
 
@@ -17,9 +17,9 @@ mod dir;
 mod recorder;
 mod recover;
 mod schema;
+mod staged;
 
 use crate::SinkError;
-use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use cachescope_engine::row::Row;
 pub use dir::LOCK;
@@ -32,7 +32,8 @@ use parquet::schema::types::ColumnPath;
 pub use recorder::Recorder;
 use recover::{final_path, footer_path, rename_unique, sync_dir, Cause, Journal, PARTIAL};
 pub use recover::{new_file, recover_dir, recover_file, Recovery, UNRECOVERABLE};
-pub use schema::{schema, to_batch, Provenance, PMU_LOST, SCHEMA_VERSION};
+pub use schema::{schema, Provenance, PMU_LOST, SCHEMA_VERSION};
+use staged::Block;
 use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -118,10 +119,10 @@ pub struct ParquetSink {
     opts: Options,
     schema: SchemaRef,
     props: WriterProperties,
-    /// Accepted rows not yet written, oldest first.
-    pending: VecDeque<RecordBatch>,
+    /// Accepted rows not yet written, a block per flush, oldest first.
+    pending: VecDeque<Block>,
     pending_bytes: usize,
-    buffer: Vec<Row>,
+    buffer: Block,
     file: Option<Open>,
     /// Abandoned partial files whose recovery has not succeeded yet, with the length their
     /// journal vouches for.
@@ -238,7 +239,7 @@ impl ParquetSink {
             props,
             pending: VecDeque::new(),
             pending_bytes: 0,
-            buffer: Vec::new(),
+            buffer: Block::default(),
             file: None,
             unrecovered: Vec::new(),
             unrenamed: Vec::new(),
@@ -296,13 +297,12 @@ impl ParquetSink {
         self.last_flush = now;
         if !self.buffer.is_empty() {
             let rows = std::mem::take(&mut self.buffer);
-            let batch = to_batch(&self.schema, &self.opts.host, self.opts.provenance, &rows)?;
-            self.pending_bytes += batch.get_array_memory_size();
-            self.pending.push_back(batch);
+            self.pending_bytes += rows.bytes();
+            self.pending.push_back(rows);
             self.bound_pending();
         }
         let r = self.write_pending(now);
-        let pending_rows: usize = self.pending.iter().map(|b| b.num_rows()).sum();
+        let pending_rows: usize = self.pending.iter().map(Block::len).sum();
         match &r {
             Ok(()) => self.with_stats(|s| {
                 s.failing = None;
@@ -323,8 +323,8 @@ impl ParquetSink {
     fn bound_pending(&mut self) {
         while self.pending_bytes > self.opts.max_pending_bytes && self.pending.len() > 1 {
             if let Some(b) = self.pending.pop_front() {
-                self.pending_bytes -= b.get_array_memory_size();
-                let n = b.num_rows() as u64;
+                self.pending_bytes -= b.bytes();
+                let n = b.len() as u64;
                 self.with_stats(|s| {
                     s.rows_dropped += n;
                     s.dropped_why = Some("more rows waited for the disk than memory may hold".into());
@@ -340,32 +340,35 @@ impl ParquetSink {
             if self.file.is_none() {
                 self.open()?;
             }
-            let (Some(f), Some(batch)) = (self.file.as_mut(), self.pending.front()) else { break };
-            let n = batch.num_rows() as u64;
-            let what = || format!("writing {}", f.partial.display());
-            // Synced before the journal names it: an entry never describes bytes a power
-            // loss could take back.
-            let written = f
-                .writer
-                .write(batch)
-                .and_then(|_| f.writer.flush())
-                .map_err(pq(what()))
-                .and_then(|_| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(io(what())));
+            let (Some(f), Some(block)) = (self.file.as_mut(), self.pending.front()) else { break };
+            let n = block.len() as u64;
+            let what = format!("writing {}", f.partial.display());
+            // One row group, encoded a chunk at a time. Synced before the journal names it: an
+            // entry never describes bytes a power loss could take back.
+            let (schema, host, prov) = (&self.schema, self.opts.host.as_str(), self.opts.provenance);
+            let written = block
+                .chunks()
+                .try_for_each(|rows| {
+                    let batch = staged::batch(schema, host, prov, rows)?;
+                    f.writer.write(&batch).map_err(pq(what.clone()))
+                })
+                .and_then(|()| f.writer.flush().map_err(pq(what.clone())))
+                .and_then(|()| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(io(what)));
             if let Err(e) = written {
                 self.abandon();
                 return Err(e);
             }
             let start = f.good_len;
             f.good_len = f.writer.bytes_written() as u64;
-            // The batch leaves memory only once a crash could not lose it: after its journal
+            // The rows leave memory only once a crash could not lose it: after its journal
             // entry, or else after the file is closed with its real footer. If both fail, the
-            // file falls back to the journal and the batch stays pending.
+            // file falls back to the journal and the rows stay pending.
             if self.checkpoint(start).is_err() {
                 self.close_file()?;
             }
             let size = self.pending_bytes;
             if let Some(b) = self.pending.pop_front() {
-                self.pending_bytes = size.saturating_sub(b.get_array_memory_size());
+                self.pending_bytes = size.saturating_sub(b.bytes());
             }
             if let Some(f) = self.file.as_mut() {
                 f.rows += n;
@@ -426,7 +429,7 @@ impl ParquetSink {
     }
 
     /// A write failed: cut the file back to what its journal describes and close it that way
-    /// (or delete it when that is nothing). The failed batch is still pending.
+    /// (or delete it when that is nothing). The failed rows are still pending.
     fn abandon(&mut self) {
         let Some(f) = self.file.take() else { return };
         let (partial, keep) = (f.partial.clone(), f.journaled);
@@ -542,7 +545,7 @@ impl ParquetSink {
     pub fn close(mut self) -> (Stats, Option<SinkError>) {
         let flushed = self.flush(Instant::now());
         if let Err(e) = &flushed {
-            let n: u64 = self.pending.iter().map(|b| b.num_rows() as u64).sum();
+            let n: u64 = self.pending.iter().map(|b| b.len() as u64).sum();
             self.pending.clear();
             self.with_stats(|s| {
                 s.rows_dropped += n;

@@ -1,10 +1,6 @@
-//! The docs/data.md schema, and rows as Arrow batches of it.
+//! The docs/data.md schema (rows become Arrow batches of it in `staged`).
 
-use crate::SinkError;
-use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use cachescope_engine::row::Row;
 use std::sync::Arc;
 
 pub const SCHEMA_VERSION: &str = "4";
@@ -12,7 +8,7 @@ pub const SCHEMA_VERSION: &str = "4";
 pub const PMU_LOST: &str = "cachescope.pmu_lost_charges";
 
 /// The time zone of the timestamp columns: instants, as CLOCK_REALTIME.
-const UTC: &str = "UTC";
+pub(super) const UTC: &str = "UTC";
 
 /// The docs/data.md schema, column for column (version 2: version 1's columns, then `time`
 /// and `interval_start` as TIMESTAMP(ns, UTC); version 3: then `provenance`; version 4: then
@@ -73,62 +69,4 @@ impl Provenance {
             Provenance::Emulated => "emulated",
         }
     }
-}
-
-fn i64v(v: Option<u64>) -> Option<i64> {
-    v.map(|x| i64::try_from(x).unwrap_or(i64::MAX))
-}
-
-/// Rows to one Arrow batch of [`schema`].
-pub fn to_batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Row]) -> Result<RecordBatch, SinkError> {
-    let n = rows.len();
-    let mut time = Int64Builder::with_capacity(n);
-    let mut interval = Int64Builder::with_capacity(n);
-    let mut hosts = StringBuilder::with_capacity(n, n * host.len());
-    let mut strs: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::with_capacity(n, n * 16)).collect();
-    let mut domain = Int32Builder::with_capacity(n);
-    let mut rmid = Int32Builder::with_capacity(n);
-    let mut vals: Vec<Int64Builder> = (0..8).map(|_| Int64Builder::with_capacity(n)).collect();
-    let mut status = StringBuilder::with_capacity(n, n * 2);
-    let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut provenance = StringBuilder::with_capacity(n, n * 8);
-    let mut counter = StringBuilder::with_capacity(n, 0);
-    for r in rows {
-        counter.append_option(r.mbm_counter.map(|c| c.as_str()));
-        provenance.append_value(prov.as_str());
-        end.append_value(r.time_ns);
-        start.append_value(r.time_ns - r.interval_ns);
-        time.append_value(r.time_ns);
-        interval.append_value(r.interval_ns);
-        hosts.append_value(host);
-        let c = &r.container;
-        strs[0].append_value(&c.id);
-        strs[1].append_option(c.name());
-        strs[2].append_option(c.pod_name());
-        strs[3].append_option(c.pod_namespace());
-        strs[4].append_option(c.pod_uid.as_deref());
-        strs[5].append_value(&c.cgroup_path);
-        domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));
-        rmid.append_option(r.rmid.map(|x| i32::try_from(x).unwrap_or(i32::MAX)));
-        for (b, x) in vals.iter_mut().zip(std::iter::once(r.llc_occupancy_bytes).chain(r.counters())) {
-            b.append_option(i64v(x));
-        }
-        status.append_value(r.status.as_str());
-    }
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(time.finish()), Arc::new(interval.finish()), Arc::new(hosts.finish())];
-    for s in strs.iter_mut() {
-        cols.push(Arc::new(s.finish()));
-    }
-    cols.push(Arc::new(domain.finish()));
-    cols.push(Arc::new(rmid.finish()));
-    for v in vals.iter_mut() {
-        cols.push(Arc::new(v.finish()));
-    }
-    cols.push(Arc::new(status.finish()));
-    cols.push(Arc::new(end.finish()));
-    cols.push(Arc::new(start.finish()));
-    cols.push(Arc::new(provenance.finish()));
-    cols.push(Arc::new(counter.finish()));
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
 }

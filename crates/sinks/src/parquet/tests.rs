@@ -1,6 +1,7 @@
 use super::*;
 use crate::read as report;
 use arrow_array::cast::AsArray;
+use arrow_array::RecordBatch;
 use cachescope_engine::row::{ContainerMeta, Pmu, Status};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::io::Write;
