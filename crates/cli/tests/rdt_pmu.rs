@@ -12,8 +12,8 @@
 //! - cycles are the device's model exactly: instructions + 40 x references + 200 x misses;
 //! - PERFEVTSEL's fields as raw events: CMASK=1 with INV counts the stalled cycles (cycles −
 //!   instructions), EDGE the misses, CMASK=2 nothing;
-//! - the overflow interrupt: `perf record -c 1000003` of 20 M instructions takes one sample per
-//!   period;
+//! - the overflow interrupt: a counter sampling every 1,000,003 instructions of a 20 M
+//!   instruction spin (rdt-work's own perf_event_open and ring) gets one sample per period;
 //! - cachescope's per-container cycles, instructions, LLC references and misses (eBPF, read at
 //!   every context switch) within 2 % of `perf stat` of the container's one process;
 //! - with perf pinning seven of the eight general counters, cachescope's events are multiplexed
@@ -197,16 +197,24 @@ fn judge_pmu(r: &HashMap<String, String>) -> Vec<String> {
         bad.push(format!("{kernel}: PERFEVTSEL fields: stalls {stalls}, edges {edges}, cmask2 {cmask2}"));
     }
 
-    // The overflow interrupt.
-    let sampled = get("sampled", "instructions:u");
-    let want = (sampled / 1_000_003) as i64;
-    let samples = num(r, "samples");
+    // The overflow interrupt: a counter of rdt-work's own, sampling its spin of 10,000,000
+    // iterations (2 instructions each) every 1,000,003 instructions at CPL 3.
+    let counted = num(r, "sample_count");
+    let want = counted / 1_000_003;
+    let (samples, lost, throttles) = (num(r, "samples"), num(r, "sample_lost"), num(r, "sample_throttles"));
     let throttled = r.get("throttled").cloned().unwrap_or_default();
     println!(
-        "{kernel}: perf record -c 1000003: {samples} samples of {sampled} instructions (expected {want}; the kernel's 'took too long' throttle messages: {throttled})"
+        "{kernel}: sampling every 1000003 instructions: {samples} samples of {counted} instructions (expected {want}), {lost} lost, {throttles} throttles; the kernel's 'took too long' messages: {throttled}"
     );
-    if (samples - want).abs() > 1 {
-        bad.push(format!("{kernel}: {samples} samples where {want} periods ran"));
+    if num(r, "sample_exit") != 0 || (samples - want).abs() > 1 || lost != 0 || throttles != 0 {
+        bad.push(format!("{kernel}: {samples} samples where {want} periods ran ({lost} lost, {throttles} throttles)"));
+    }
+    // The count itself: the spin's 20,000,000 and the few instructions from the enabling
+    // ioctl's return to the disabling one's entry.
+    if !(20_000_000..20_001_000).contains(&counted) {
+        bad.push(format!(
+            "{kernel}: the sampling counter counted {counted} instructions of a 20,000,000-instruction spin"
+        ));
     }
     failed.extend(bad);
     failed
