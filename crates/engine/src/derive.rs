@@ -65,7 +65,9 @@ impl Derive {
         let key = Arc::as_ptr(&s.container) as usize;
         let chain = self.prev.entry(key).or_insert_with(|| {
             self.by_id.entry(s.container.id.clone()).or_default().push(key);
-            Chain { _meta: s.container.clone(), doms: Vec::new() }
+            // Room for one domain, most containers' all: a Vec's first growth holds four
+            // (320 bytes a container, 3.2 MB at 10,000).
+            Chain { _meta: s.container.clone(), doms: Vec::with_capacity(1) }
         });
         let doms = &mut chain.doms;
         let slot = doms.iter().position(|(d, _)| *d == s.domain);

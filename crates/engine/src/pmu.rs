@@ -6,7 +6,7 @@
 use crate::containers::Container;
 use crate::error::PartResult;
 use crate::row::{ContainerMeta, Pmu};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,11 +156,34 @@ struct Slots {
     row_end: Option<Duration>,
 }
 
+/// A container's slots per domain, by domain. Most containers run in one or two domains: a
+/// sorted Vec holds that in 56 bytes a domain, where a BTreeMap's first node took 584 (5.8 MB
+/// of 10,000 containers' memory).
+#[derive(Default)]
+struct Domains(Vec<(u32, Slots)>);
+
+impl Domains {
+    fn entry(&mut self, domain: u32) -> &mut Slots {
+        let i = match self.0.binary_search_by_key(&domain, |(d, _)| *d) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (domain, Slots::default()));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    fn get(&self, domain: u32) -> Option<&Slots> {
+        self.0.binary_search_by_key(&domain, |(d, _)| *d).ok().map(|i| &self.0[i].1)
+    }
+}
+
 /// Drained slots waiting for their rows: container id → domain → slots; and the gaps, where
 /// rows get no values rather than a part of them.
 #[derive(Default)]
 pub struct Join {
-    slots: crate::FastMap<String, BTreeMap<u32, Slots>>,
+    slots: crate::FastMap<String, Domains>,
     gaps: VecDeque<(Duration, Duration)>,
     /// The containers that ran (a slot with CPU time or a count), and the end of the latest
     /// such slot: who ran in an interval is found here, without looking at every container.
@@ -201,7 +224,7 @@ impl Join {
             let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else { continue };
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
-            doms.entry(s.domain).or_default().q.push_back((s.end, t));
+            doms.entry(s.domain).q.push_back((s.end, t));
             if t.cpu_ns > 0 {
                 match self.cpu.get_mut(s.container.id.as_str()) {
                     Some(c) => *c += t.cpu_ns,
@@ -239,7 +262,7 @@ impl Join {
     /// where something was counted.
     pub fn ran_in(&self, id: &Arc<str>, after: Duration, until: Duration, out: &mut Vec<Ran>) {
         let Some(doms) = self.slots.get(&**id) else { return };
-        for (&domain, slots) in doms {
+        for &(domain, ref slots) in &doms.0 {
             let totals = Self::sum(Some(&slots.q), after, until);
             if totals != Totals::default() {
                 out.push(Ran { id: id.clone(), domain, totals });
@@ -283,7 +306,7 @@ impl Join {
     /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
     /// taking them.
     pub fn peek(&self, id: &str, domain: u32, after: Duration, until: Duration) -> Totals {
-        Self::sum(self.slots.get(id).and_then(|d| d.get(&domain)).map(|s| &s.q), after, until)
+        Self::sum(self.slots.get(id).and_then(|d| d.get(domain)).map(|s| &s.q), after, until)
     }
 
     /// Take the sums of a container's slots on `domain` that end in (`after`, `until`] (those
@@ -299,7 +322,7 @@ impl Join {
         until: Duration,
     ) -> (Totals, Option<Duration>, Option<Duration>) {
         let Some(doms) = self.slots.get_mut(id) else { return (Totals::default(), None, None) };
-        let slots = doms.entry(domain).or_default();
+        let slots = doms.entry(domain);
         let prev = slots.row_end.replace(until);
         let q = &mut slots.q;
         while q.front().is_some_and(|(end, _)| *end <= after) {

@@ -33,7 +33,7 @@ pub use recorder::Recorder;
 use recover::{final_path, footer_path, rename_unique, sync_dir, Cause, Journal, PARTIAL};
 pub use recover::{new_file, recover_dir, recover_file, Recovery, UNRECOVERABLE};
 pub use schema::{schema, Provenance, PMU_LOST, SCHEMA_VERSION};
-use staged::Block;
+pub use staged::Block;
 use std::collections::VecDeque;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -265,6 +265,13 @@ impl ParquetSink {
 
     /// Accept rows (already thinned by the caller); they are written at the next flush.
     pub fn push(&mut self, rows: Vec<Row>) {
+        let mut b = Block::default();
+        b.extend(rows);
+        self.push_block(b);
+    }
+
+    /// [`ParquetSink::push`] of rows already staged.
+    pub fn push_block(&mut self, rows: Block) {
         let n = rows.len() as u64;
         if n > 0 && self.file_since.is_none() {
             self.file_since = Some(Instant::now());
@@ -273,7 +280,7 @@ impl ParquetSink {
             // The file these rows will open starts here: PMU losses from now are its own.
             self.lost_mark = self.pmu_lost();
         }
-        self.buffer.extend(rows);
+        self.buffer.append(rows);
         self.with_stats(|s| s.rows_accepted += n);
     }
 

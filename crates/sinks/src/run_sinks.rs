@@ -2,7 +2,7 @@
 //! thread ([`RecordSink`]), and the Prometheus page on an HTTP thread ([`ServeSink`]).
 
 use crate::http::HttpServer;
-use crate::parquet::{Options as ParquetOptions, Recorder};
+use crate::parquet::{Block, Options as ParquetOptions, Recorder};
 use crate::prom::Metrics;
 use cachescope_engine::backend::BackendInfo;
 use cachescope_engine::{Flow, OutputError, Row, RunStatus, Sink, Sparse};
@@ -89,7 +89,8 @@ pub struct RecordSink {
     sparse: Sparse,
     failing: bool,
     dir: PathBuf,
-    batch: Vec<Row>,
+    /// Rows waiting for the next send, staged as the file will hold them.
+    batch: Block,
     sent_ns: Option<i64>,
     /// Rows that never reached a file, said at the end.
     losses: Option<String>,
@@ -126,7 +127,7 @@ impl RecordSink {
             sparse: Sparse::new(o.upscale, 1_000_000_000),
             failing: false,
             dir: o.dir,
-            batch: Vec::new(),
+            batch: Block::default(),
             sent_ns: None,
             losses: None,
             pmu_lost,

@@ -1,9 +1,8 @@
 //! The Parquet sink on a thread of its own.
 
 use super::io;
-use super::{Options, ParquetSink, Recovery, Stats};
+use super::{Block, Options, ParquetSink, Recovery, Stats};
 use crate::SinkError;
-use cachescope_engine::row::Row;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant};
 /// no rows come. Dropping the sender closes the file.
 pub struct Recorder {
     recovered: Vec<Recovery>,
-    tx: Option<std::sync::mpsc::Sender<Vec<Row>>>,
+    tx: Option<std::sync::mpsc::Sender<Block>>,
     thread: Option<std::thread::JoinHandle<(Stats, Option<SinkError>)>>,
     stats: Arc<Mutex<Stats>>,
 }
@@ -27,14 +26,14 @@ impl Recorder {
         let mut sink = ParquetSink::in_dir(opts, dir)?;
         let recovered = sink.recovered().to_vec();
         let stats = sink.stats();
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<Row>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Block>();
         let every = sink.opts.flush_every.min(Duration::from_millis(500));
         let thread = std::thread::Builder::new()
             .name("cachescope-parquet".into())
             .spawn(move || {
                 loop {
                     match rx.recv_timeout(every) {
-                        Ok(rows) => sink.push(rows),
+                        Ok(rows) => sink.push_block(rows),
                         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
                     }
@@ -47,7 +46,7 @@ impl Recorder {
         Ok(Recorder { recovered, tx: Some(tx), thread: Some(thread), stats })
     }
 
-    pub fn send(&self, rows: Vec<Row>) {
+    pub fn send(&self, rows: Block) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(rows);
         }

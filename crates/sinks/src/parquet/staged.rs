@@ -96,6 +96,18 @@ impl Block {
         }
     }
 
+    /// Move `other`'s rows to the end of these, filling a last chunk that has room for a
+    /// whole chunk of `other` (a recorder's 50 ms sends would otherwise leave many small ones).
+    pub fn append(&mut self, other: Block) {
+        self.rows += other.rows;
+        for c in other.chunks {
+            match self.chunks.last_mut() {
+                Some(last) if last.len() + c.len() <= CHUNK => last.extend(c),
+                _ => self.chunks.push(c),
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.rows
     }
@@ -109,7 +121,7 @@ impl Block {
         self.chunks.iter().map(|c| c.capacity() * STAGED_BYTES).sum()
     }
 
-    pub fn chunks(&self) -> impl Iterator<Item = &[Staged]> {
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = &[Staged]> {
         self.chunks.iter().map(Vec::as_slice)
     }
 }
@@ -207,6 +219,17 @@ mod tests {
         assert_eq!(times, (0..2 * CHUNK as i64 + 3).collect::<Vec<_>>());
         // Full chunks hold no spare room; the last one little.
         assert!(b.bytes() <= (2 * CHUNK + 4) * STAGED_BYTES, "{}", b.bytes());
+        // Small blocks appended fill the last chunk; a full chunk is moved as it is.
+        let mut c = Block::default();
+        for t in 0..3 {
+            let mut small = Block::default();
+            small.extend((10 * t..10 * t + 10).map(row));
+            c.append(small);
+        }
+        c.append(b);
+        let lens: Vec<usize> = c.chunks().map(<[Staged]>::len).collect();
+        assert_eq!(lens, [30, CHUNK, CHUNK, 3]);
+        assert_eq!(c.len(), 30 + 2 * CHUNK + 3);
     }
 
     #[test]
