@@ -601,21 +601,6 @@ const TRIM_ROWS: usize = 4_096;
 /// inside its heap (docs/cost.md: 10,000 containers, 103-109 MB before, 95-100 MB after).
 const GIVE_BACK_EVERY: Duration = Duration::from_secs(10);
 
-/// Blocks from this size up get mappings of their own, unmapped when freed. glibc's default
-/// threshold rises to the largest such block freed (up to 32 MB): after the first row group,
-/// a keyframe's 10,000 rows, a row group's chunks and its encoder came from the heap and
-/// stayed resident there (docs/cost.md: 10,000 containers, 73-74 MB resident before, 63-66
-/// MB after).
-const OWN_MAPPING: i32 = 128 << 10;
-
-fn heap_policy() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt sets a tunable of the allocator; no allocation is touched.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING);
-    }
-}
-
 fn give_back() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim takes no pointer; it returns the heaps' free pages to the kernel
@@ -642,7 +627,6 @@ fn run_loop(
     opts: &Options,
     summary: &mut Summary,
 ) -> Result<(), RunError> {
-    heap_policy();
     // Containers present at the start are attached before the first interval begins.
     st.lifecycle(Duration::ZERO)?;
     st.stop_containers(Duration::ZERO)?;
