@@ -192,9 +192,9 @@ mod tests {
         assert!(STAGED_BYTES <= 104 && STAGED_BYTES < row, "{STAGED_BYTES} vs {row}");
     }
 
-    #[test]
-    fn a_block_keeps_every_row_in_order_in_full_chunks() {
-        let row = |t: i64| Row {
+    /// A row with no values, ending at `t`.
+    fn empty(t: i64) -> Row {
+        Row {
             time_ns: t,
             interval_ns: 1,
             container: ContainerMeta::named("a"),
@@ -207,7 +207,12 @@ mod tests {
             cpu_ns: None,
             status: Status::NoRmid,
             mbm_counter: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_block_keeps_every_row_in_order_in_full_chunks() {
+        let row = empty;
         let mut b = Block::default();
         assert!(b.is_empty() && b.bytes() == 0);
         b.extend((0..CHUNK as i64).map(row));
@@ -254,18 +259,7 @@ mod tests {
             status: Status::Ok,
             mbm_counter: Some(MbmCounter::Rotating),
         };
-        let empty = Row {
-            rmid: None,
-            llc_occupancy_bytes: None,
-            mbm_total_bytes: None,
-            mbm_local_bytes: None,
-            pmu: Pmu::default(),
-            cpu_ns: None,
-            status: Status::NoRmid,
-            mbm_counter: None,
-            container: full.container.clone(),
-            ..full
-        };
+        let empty = Row { time_ns: full.time_ns, interval_ns: full.interval_ns, domain: full.domain, ..empty(0) };
         let want = |r: &Row| {
             let mut v = vec![r.llc_occupancy_bytes.map(|x| i64::try_from(x).unwrap_or(i64::MAX))];
             v.extend(r.counters().map(|x| x.map(|x| i64::try_from(x).unwrap_or(i64::MAX))));
