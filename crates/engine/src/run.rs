@@ -610,11 +610,43 @@ fn give_back() {
     }
 }
 
-/// Give back what a burst left in a buffer (a Vec keeps its largest size): down to `keep` (or
-/// what it holds) when its room is more than four times that.
-fn trim<T>(v: &mut Vec<T>, keep: usize) {
-    if v.capacity() > 4 * keep.max(v.len()) {
-        v.shrink_to(keep.max(v.len()));
+/// A buffer that keeps its largest size until told otherwise.
+trait Room {
+    fn room(&self) -> usize;
+    fn held(&self) -> usize;
+    fn shrink(&mut self, to: usize);
+}
+
+impl<T> Room for Vec<T> {
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+    fn held(&self) -> usize {
+        self.len()
+    }
+    fn shrink(&mut self, to: usize) {
+        self.shrink_to(to);
+    }
+}
+
+impl<T> Room for VecDeque<T> {
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+    fn held(&self) -> usize {
+        self.len()
+    }
+    fn shrink(&mut self, to: usize) {
+        self.shrink_to(to);
+    }
+}
+
+/// Give back what a burst left in a buffer: down to `keep` (or what it holds) when its room is
+/// more than four times that.
+fn trim(v: &mut impl Room, keep: usize) {
+    let need = keep.max(v.held());
+    if v.room() > 4 * need {
+        v.shrink(need);
     }
 }
 
@@ -699,9 +731,7 @@ fn run_loop(
         st.pending.trim(TRIM_ROWS);
         trim(&mut st.changes, TRIM_ROWS);
         trim(&mut st.raw, TRIM_ROWS);
-        if st.deferred.capacity() > 4 * TRIM_ROWS.max(st.deferred.len()) {
-            st.deferred.shrink_to(TRIM_ROWS.max(st.deferred.len()));
-        }
+        trim(&mut st.deferred, TRIM_ROWS);
         if t.saturating_sub(last_give_back) >= GIVE_BACK_EVERY {
             give_back();
             last_give_back = t;

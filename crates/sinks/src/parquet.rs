@@ -367,7 +367,7 @@ impl ParquetSink {
             }
             let start = f.good_len;
             f.good_len = f.writer.bytes_written() as u64;
-            // The rows leave memory only once a crash could not lose it: after its journal
+            // The rows leave memory only once a crash could not lose them: after their journal
             // entry, or else after the file is closed with its real footer. If both fail, the
             // file falls back to the journal and the rows stay pending.
             if self.checkpoint(start).is_err() {
