@@ -30,6 +30,9 @@
  *                                      word per line of it N times: two runs differ by
  *                                      (their difference in N) x BYTES / 64 line accesses
  *
+ * With RDT_WORK_FLUSH=1, the buffer is flushed (CLFLUSH, MFENCE) once written and then read:
+ * its lines are filled under the caller's RMID even where its pages were freed by another task
+ * an instant ago and their lines are still cached as that task's (runc's init, before exec).
  * With RDT_WORK_STOP=1, touch, thrash and stream print "allocated" once their buffer is written
  * and read, and stop themselves (SIGSTOP) until continued: the caller can then push every line
  * out of the LLC, so that the lines the workload holds later are all lines it filled itself
@@ -135,6 +138,16 @@ static uint64_t pass(volatile uint8_t *buf, uint64_t bytes, int write)
 	return sum;
 }
 
+/* Every line of the buffer out of the caches, written back where dirty. */
+static void flush_all_lines(uint8_t *buf, uint64_t bytes)
+{
+	uint64_t i;
+
+	for (i = 0; i < bytes; i += LINE)
+		_mm_clflush(buf + i);
+	_mm_mfence();
+}
+
 static uint8_t *buffer(uint64_t bytes)
 {
 	uint8_t *buf = aligned_alloc(4096, (bytes + 4095) & ~4095ULL);
@@ -144,6 +157,10 @@ static uint8_t *buffer(uint64_t bytes)
 		exit(1);
 	}
 	memset(buf, 1, bytes);	/* real pages, not the shared zero page */
+	/* A page freed just before may still have its lines cached, charged to whoever freed it;
+	 * stores to them hit and tag nothing. Flushed, the read below fills them as this task's. */
+	if (getenv("RDT_WORK_FLUSH"))
+		flush_all_lines(buf, bytes);
 	sink += pass(buf, bytes, 0);
 	if (getenv("RDT_WORK_STOP")) {
 		printf("allocated\n");
@@ -151,16 +168,6 @@ static uint8_t *buffer(uint64_t bytes)
 		raise(SIGSTOP);
 	}
 	return buf;
-}
-
-/* Every line of the buffer out of the caches, written back where dirty. */
-static void flush_all_lines(uint8_t *buf, uint64_t bytes)
-{
-	uint64_t i;
-
-	for (i = 0; i < bytes; i += LINE)
-		_mm_clflush(buf + i);
-	_mm_mfence();
 }
 
 /* Moves the calling process into the resctrl group whose tasks file is FILE. */
