@@ -327,8 +327,8 @@ static __always_inline __u64 verdict_at(struct task_struct *t, __u64 id, __u64 e
 // The same for the current task. Its cgroup by the helper, not by walking its pointers: the
 // verifier looks every pointer walked up by name in the kernel's BTF (a linear scan on 6.18)
 // and checks this path again in on_timer for each program that arms a tick; loading both
-// programs took 20.5 ms with the walk, 10.5 ms without. The switch keeps its plain loads: there
-// the helper cost about 35 ns a switch more (scripts/bench-switches.sh).
+// programs took 22 ms with the walk, 11 ms without (docs/cost.md). The switch keeps its
+// loads: there the helper cost about 35 ns a switch more (scripts/bench-switches.sh).
 static __always_inline __u64 verdict_of_current(void)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
