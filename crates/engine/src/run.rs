@@ -617,29 +617,23 @@ trait Room {
     fn shrink(&mut self, to: usize);
 }
 
-impl<T> Room for Vec<T> {
-    fn room(&self) -> usize {
-        self.capacity()
-    }
-    fn held(&self) -> usize {
-        self.len()
-    }
-    fn shrink(&mut self, to: usize) {
-        self.shrink_to(to);
-    }
+// Vec and VecDeque name the same three methods alike.
+macro_rules! room {
+    ($($buffer:ident),*) => {$(
+        impl<T> Room for $buffer<T> {
+            fn room(&self) -> usize {
+                self.capacity()
+            }
+            fn held(&self) -> usize {
+                self.len()
+            }
+            fn shrink(&mut self, to: usize) {
+                self.shrink_to(to);
+            }
+        }
+    )*};
 }
-
-impl<T> Room for VecDeque<T> {
-    fn room(&self) -> usize {
-        self.capacity()
-    }
-    fn held(&self) -> usize {
-        self.len()
-    }
-    fn shrink(&mut self, to: usize) {
-        self.shrink_to(to);
-    }
-}
+room!(Vec, VecDeque);
 
 /// Give back what a burst left in a buffer: down to `keep` (or what it holds) when its room is
 /// more than four times that.
