@@ -9,7 +9,7 @@
 use crate::{capacity_for, Attribution};
 use cachescope_engine::containers::Container;
 use cachescope_engine::pmu::{Counted, Gap, PmuSample, PmuSource};
-use cachescope_engine::ContainerMeta;
+use cachescope_engine::{ById, ContainerMeta};
 use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cgroup::{self, CgroupCollector};
@@ -89,9 +89,9 @@ pub struct PmuColumns {
     /// container's own cgroup and every cgroup below it, charged to the nearest container.
     by_cgroup: BTreeMap<u64, Arc<ContainerMeta>>,
     /// Followed container → the cgroup id the eBPF ticks follow for it.
-    ticked: HashMap<String, u64>,
+    ticked: HashMap<ById, u64>,
     /// Followed containers' cgroup directories, for finding the cgroups below them.
-    dirs: BTreeMap<String, (std::path::PathBuf, Arc<ContainerMeta>)>,
+    dirs: BTreeMap<ById, std::path::PathBuf>,
     /// cgroup ids seen in slots that no followed container holds (with `ids`: for good, as a
     /// cgroup's place in the tree does not change; else until the next rescan).
     unknown: std::collections::HashSet<u64>,
@@ -103,11 +103,11 @@ pub struct PmuColumns {
     ids_failed: bool,
     /// Followed containers' own cgroup ids → container id: a walk below a container stops at
     /// another followed container's cgroup (the nearest container wins).
-    own: HashMap<u64, String>,
+    own: HashMap<u64, Arc<ContainerMeta>>,
     /// container id → container (perf charges container ids).
-    by_id: BTreeMap<String, Arc<ContainerMeta>>,
+    by_id: std::collections::BTreeSet<ById>,
     /// CPU ns per container since the last header line, and slots or reads drained.
-    cpu_ns: BTreeMap<String, u64>,
+    cpu_ns: BTreeMap<ById, u64>,
     reads: u64,
     description: String,
     /// Why PMU columns stay null, each reason once with its columns ("cycles, instructions:
@@ -264,7 +264,7 @@ impl PmuColumns {
             ids: None,
             ids_failed: false,
             own: HashMap::new(),
-            by_id: BTreeMap::new(),
+            by_id: Default::default(),
             cpu_ns: BTreeMap::new(),
             reads: 0,
             description,
@@ -325,7 +325,8 @@ impl PmuColumns {
         self.last_rescan = Some(std::time::Instant::now());
         self.unknown.clear();
         // Shallower containers first, so a deeper (nearer) one overwrites what lies below it.
-        let mut dirs: Vec<&(std::path::PathBuf, Arc<ContainerMeta>)> = self.dirs.values().collect();
+        let mut dirs: Vec<(&std::path::PathBuf, &Arc<ContainerMeta>)> =
+            self.dirs.iter().map(|(k, d)| (d, &k.0)).collect();
         dirs.sort_by_key(|(d, _)| d.components().count());
         for (dir, meta) in dirs {
             use std::os::unix::fs::MetadataExt;
@@ -458,7 +459,7 @@ impl PmuColumns {
             match self.cpu_ns.get_mut(meta.id.as_str()) {
                 Some(n) => *n += cpu_ns,
                 None => {
-                    self.cpu_ns.insert(meta.id.clone(), cpu_ns);
+                    self.cpu_ns.insert(ById(meta.clone()), cpu_ns);
                 }
             }
         }
@@ -540,16 +541,16 @@ impl PmuSource for PmuColumns {
                     if let Err(e) = a.follow(cg) {
                         cachescope_platform::say!("1 ms ticks for {} (cgroup {cg}): {e}", c.id());
                     }
-                    self.ticked.insert(c.id().to_string(), cg);
+                    self.ticked.insert(ById(c.meta.clone()), cg);
                 }
                 if let Some(cg) = own {
-                    self.own.insert(cg, c.id().to_string());
+                    self.own.insert(cg, c.meta.clone());
                     self.by_cgroup.insert(cg, c.meta.clone());
                     self.unknown.remove(&cg);
                     self.adopt(cg, &c.meta);
                 }
                 if let Some(dir) = &c.dir {
-                    self.dirs.insert(c.id().to_string(), (dir.clone(), c.meta.clone()));
+                    self.dirs.insert(ById(c.meta.clone()), dir.clone());
                     if self.ids.is_none() && !self.ids_failed {
                         match crate::cgroup_id::CgroupIds::on(dir) {
                             Ok(ids) => self.ids = Some(ids),
@@ -581,7 +582,7 @@ impl PmuSource for PmuColumns {
                 }
             }
         }
-        self.by_id.insert(c.id().to_string(), c.meta.clone());
+        self.by_id.insert(ById(c.meta.clone()));
     }
 
     fn kernel_cpu(&mut self) -> Option<cachescope_engine::pmu::KernelCpu> {
@@ -628,7 +629,7 @@ impl PmuSource for PmuColumns {
             }
         }
         self.by_cgroup.retain(|_, m| m.id != id);
-        self.own.retain(|_, c| c != id);
+        self.own.retain(|_, c| c.id != id);
         self.dirs.remove(id);
         self.by_id.remove(id);
         self.cpu_ns.remove(id);
@@ -728,7 +729,7 @@ impl PmuSource for PmuColumns {
                 for d in deltas {
                     self.mux.0 += u64::from(d.multiplexed);
                     self.mux.1 += 1;
-                    let Some(meta) = self.by_id.get(&d.id).cloned() else { continue };
+                    let Some(meta) = self.by_id.get(d.id.as_str()).map(|k| k.0.clone()) else { continue };
                     match prev.and_then(|p| split_at(&d.values, p, wake, now)) {
                         Some((before, after)) => {
                             let s = self.sample(&meta, d.domain, wake, &before);
@@ -769,13 +770,10 @@ impl PmuSource for PmuColumns {
         // The busiest by name, the rest summed: the line is asked for twice a second, and at
         // thousands of containers naming each was most of the process's allocations. The
         // sums restart at 0 and keep their keys (a container's is removed when it goes).
-        let mut used: Vec<(u64, &str)> = self
-            .by_id
-            .keys()
-            .map(|id| (self.cpu_ns.get_mut(id.as_str()).map(std::mem::take).unwrap_or(0), id.as_str()))
-            .collect();
+        let mut used: Vec<(u64, &str)> =
+            self.by_id.iter().map(|k| (self.cpu_ns.get_mut(k.id()).map(std::mem::take).unwrap_or(0), k.id())).collect();
         let by_id = &self.by_id;
-        Some(cpu_line(&how, &mut used, secs, |id| by_id.get(id).map(|m| m.view_label()).unwrap_or_default()))
+        Some(cpu_line(&how, &mut used, secs, |id| by_id.get(id).map(|k| k.0.view_label()).unwrap_or_default()))
     }
 }
 

@@ -5,8 +5,8 @@ use crate::identity::{Glob, Runtime};
 use crate::watch::{Early, Event, Lifecycle, Watcher};
 use crate::{cpu_usage_usec, threads_except, CgroupError, Hierarchy};
 use cachescope_engine::containers::{Change, Container, ContainerSource};
-use cachescope_engine::ContainerMeta;
 use cachescope_engine::PartResult;
+use cachescope_engine::{ById, ContainerMeta};
 use cachescope_runtimes::{Bundles, EngineApi, Resolver, Which};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,10 +19,10 @@ pub struct HostContainers {
     events: Receiver<Event>,
     root: PathBuf,
     /// id → exact cgroup path (relative to the root) of the containers running.
-    by_id: BTreeMap<String, PathBuf>,
+    by_id: BTreeMap<ById, PathBuf>,
     /// exact cgroup path → the id it was reported under (unique: a second cgroup claiming a
     /// runtime id already in use is reported as `ID@PATH`, never hidden behind the first).
-    by_path: BTreeMap<PathBuf, String>,
+    by_path: BTreeMap<PathBuf, Arc<ContainerMeta>>,
     what: String,
     /// Said that the inotify watch limit was reached.
     said_unwatched: bool,
@@ -83,18 +83,16 @@ impl ContainerSource for HostContainers {
                         continue;
                     }
                     let mut id = c.identity.id.clone();
-                    if self.by_id.contains_key(&id) {
+                    if self.by_id.contains_key(id.as_str()) {
                         id = format!("{id}@{}", c.cgroup_path);
                     }
                     // Two paths whose text is the same (one not UTF-8): both are reported.
                     let base = id.clone();
                     let mut n = 1;
-                    while self.by_id.contains_key(&id) {
+                    while self.by_id.contains_key(id.as_str()) {
                         n += 1;
                         id = format!("{base}#{n}");
                     }
-                    self.by_id.insert(id.clone(), c.rel.clone());
-                    self.by_path.insert(c.rel.clone(), id.clone());
                     let meta = Arc::new(ContainerMeta {
                         id,
                         name: c.name.clone(),
@@ -102,6 +100,8 @@ impl ContainerSource for HostContainers {
                         cgroup_path: c.cgroup_path.clone(),
                         ..Default::default()
                     });
+                    self.by_id.insert(ById(meta.clone()), c.rel.clone());
+                    self.by_path.insert(c.rel.clone(), meta.clone());
                     let which = match c.identity.runtime {
                         Runtime::Docker => Some(Which::Docker),
                         Runtime::Podman => Some(Which::Podman),
@@ -120,9 +120,9 @@ impl ContainerSource for HostContainers {
                     }));
                 }
                 Lifecycle::Stopped => {
-                    if let Some(id) = self.by_path.remove(&c.rel) {
-                        self.by_id.remove(&id);
-                        out.push(Change::Stopped(id, Some(ev.monotonic)));
+                    if let Some(meta) = self.by_path.remove(&c.rel) {
+                        self.by_id.remove(meta.id.as_str());
+                        out.push(Change::Stopped(meta.id.clone(), Some(ev.monotonic)));
                     }
                 }
             }

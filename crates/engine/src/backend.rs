@@ -192,14 +192,14 @@ pub enum Read<'a> {
 
 impl Read<'_> {
     /// Each attached entry of `map` this names, in turn, with its id.
-    pub fn each<V, E>(
+    pub fn each<K: std::borrow::Borrow<str> + Ord, V, E>(
         self,
-        map: &std::collections::BTreeMap<String, V>,
+        map: &std::collections::BTreeMap<K, V>,
         mut f: impl FnMut(&str, &V) -> Result<(), E>,
     ) -> Result<(), E> {
         match self {
-            Read::All => map.iter().try_for_each(|(k, v)| f(k, v)),
-            Read::Wanted(w) => map.iter().filter(|(k, _)| w(k)).try_for_each(|(k, v)| f(k, v)),
+            Read::All => map.iter().try_for_each(|(k, v)| f(k.borrow(), v)),
+            Read::Wanted(w) => map.iter().filter(|(k, _)| w(k.borrow())).try_for_each(|(k, v)| f(k.borrow(), v)),
             Read::Only(ids) => {
                 ids.iter().filter_map(|id| Some((&**id, map.get(&**id)?))).try_for_each(|(k, v)| f(k, v))
             }
@@ -261,7 +261,8 @@ pub trait CacheBackend {
 /// CPU columns recorded; occupancy and bandwidth are null with status `unsupported`.
 pub struct Unsupported {
     info: BackendInfo,
-    attached: std::collections::BTreeMap<String, Arc<ContainerMeta>>,
+    /// Keyed by the container's meta (its id not copied).
+    attached: std::collections::BTreeMap<crate::row::ById, Arc<ContainerMeta>>,
 }
 
 impl Unsupported {
@@ -280,7 +281,7 @@ impl CacheBackend for Unsupported {
     }
 
     fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
-        self.attached.insert(c.id().to_string(), c.meta.clone());
+        self.attached.insert(crate::row::ById(c.meta.clone()), c.meta.clone());
         Ok(Attach::Monitored { rmid: None })
     }
 

@@ -3,7 +3,7 @@
 //! [`cumulative_delta`]), and each row's own interval from its sample's timestamp.
 
 use crate::backend::RawSample;
-use crate::row::{ContainerMeta, Pmu, Row};
+use crate::row::{ById, ContainerMeta, Pmu, Row};
 use crate::FastMap;
 use cachescope_hw::mbm_cf::MbmCorrection;
 use cachescope_hw::msr::{cumulative_delta, Cumulative};
@@ -33,7 +33,7 @@ pub struct Derive {
     /// Keyed by the meta's address: no one chooses it, the integer hasher spreads it enough.
     prev: cachescope_platform::hash::IntMap<usize, Chain>,
     /// container id → the addresses its chains are under (for forget).
-    by_id: FastMap<String, Vec<usize>>,
+    by_id: FastMap<ById, Vec<usize>>,
 }
 
 struct Chain {
@@ -64,7 +64,7 @@ impl Derive {
     pub fn row(&mut self, s: RawSample, since: Duration) -> Row {
         let key = Arc::as_ptr(&s.container) as usize;
         let chain = self.prev.entry(key).or_insert_with(|| {
-            self.by_id.entry(s.container.id.clone()).or_default().push(key);
+            self.by_id.entry(ById(s.container.clone())).or_default().push(key);
             // Room for one domain, most containers' all: a Vec's first growth holds four
             // (320 bytes a container, 3.2 MB at 10,000).
             Chain { _meta: s.container.clone(), doms: Vec::with_capacity(1) }

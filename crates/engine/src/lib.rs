@@ -32,7 +32,7 @@ pub mod world;
 pub use backend::{Attach, BackendInfo, CacheBackend, RawSample, Read, Sampling, SlotCounts};
 pub use containers::{Change, Container, ContainerSource};
 pub use error::{PartError, PartResult};
-pub use row::{ContainerMeta, MbmCounter, Pmu, Row, RuntimeCell, RuntimeMeta, Status};
+pub use row::{ById, ContainerMeta, MbmCounter, Pmu, Row, RuntimeCell, RuntimeMeta, Status};
 pub use run::{run, Options, Parts, RunError, Summary};
 pub use sched::{Lateness, Tick, Ticker, TickerError, MAX_INTERVAL, MIN_INTERVAL};
 pub use sink::{Flow, OutputError, RunStatus, Sink};

@@ -6,9 +6,8 @@
 //! from an interval moved by 0. When a container stops, [`Sparse::stop`] gives the row that
 //! ends each of its (container, domain) series (status `stopped`), where carrying forward ends.
 
-use crate::row::{ContainerMeta, Pmu, Row};
+use crate::row::{ById, Pmu, Row};
 use crate::FastMap;
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Kept {
@@ -23,18 +22,30 @@ struct Kept {
 
 /// One container's series.
 struct Entry {
-    container: Arc<ContainerMeta>,
     /// The end of the last interval seen (kept or not): where its series end.
     seen_ns: i64,
-    domains: FastMap<u32, Kept>,
+    /// Its few domains (one on most hosts): a Vec, where a map took 200 bytes for one.
+    domains: Vec<(u32, Kept)>,
+}
+
+impl Entry {
+    fn get(&self, domain: u32) -> Option<&Kept> {
+        self.domains.iter().find(|(d, _)| *d == domain).map(|(_, k)| k)
+    }
+
+    fn set(&mut self, domain: u32, k: Kept) {
+        match self.domains.iter_mut().find(|(d, _)| *d == domain) {
+            Some((_, was)) => *was = k,
+            None => self.domains.push((domain, k)),
+        }
+    }
 }
 
 pub struct Sparse {
     upscale: u64,
     keyframe_ns: i64,
-    /// container id → its series (nested so the hot path looks up by &str and allocates only
-    /// for a new container).
-    last: FastMap<String, Entry>,
+    /// container → its series (looked up by id; the key is the container's shared meta).
+    last: FastMap<ById, Entry>,
     pub kept: u64,
     pub skipped: u64,
 }
@@ -125,7 +136,7 @@ impl Sparse {
             let prev = match entry {
                 Some(e) => {
                     e.seen_ns = e.seen_ns.max(r.time_ns);
-                    e.domains.get(&r.domain)
+                    e.get(r.domain)
                 }
                 None => None,
             };
@@ -146,16 +157,10 @@ impl Sparse {
                 };
             if keep {
                 match self.last.get_mut(r.container.id.as_str()) {
-                    Some(e) => {
-                        e.domains.insert(r.domain, now);
-                    }
+                    Some(e) => e.set(r.domain, now),
                     None => {
-                        let e = Entry {
-                            container: r.container.clone(),
-                            seen_ns: r.time_ns,
-                            domains: FastMap::from_iter([(r.domain, now)]),
-                        };
-                        self.last.insert(r.container.id.clone(), e);
+                        let e = Entry { seen_ns: r.time_ns, domains: vec![(r.domain, now)] };
+                        self.last.insert(ById(r.container.clone()), e);
                     }
                 }
                 self.kept += 1;
@@ -175,8 +180,8 @@ impl Sparse {
     /// the end of its last interval, status `stopped`, no values), and it is forgotten, so a
     /// later one with the same id starts fresh.
     pub fn stop(&mut self, id: &str) -> Vec<Row> {
-        let Some(e) = self.last.remove(id) else { return Vec::new() };
-        let mut domains: Vec<u32> = e.domains.into_keys().collect();
+        let Some((ById(container), e)) = self.last.remove_entry(id) else { return Vec::new() };
+        let mut domains: Vec<u32> = e.domains.into_iter().map(|(d, _)| d).collect();
         domains.sort_unstable();
         self.kept += domains.len() as u64;
         domains
@@ -184,7 +189,7 @@ impl Sparse {
             .map(|domain| Row {
                 time_ns: e.seen_ns,
                 interval_ns: 0,
-                container: e.container.clone(),
+                container: container.clone(),
                 domain,
                 rmid: None,
                 llc_occupancy_bytes: None,

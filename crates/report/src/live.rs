@@ -131,6 +131,10 @@ impl Runs {
     }
 }
 
+/// A container's series by domain, sorted by domain (a few at most; a map's node held room
+/// for eleven, 1.2 kB a container).
+type Doms = Vec<(i32, Series)>;
+
 struct Series {
     name: String,
     buckets: Runs,
@@ -265,7 +269,7 @@ struct Known {
 pub struct LiveFinder {
     board: SharedBoard,
     /// container id → domain → series.
-    series: cachescope_platform::hash::FastMap<String, BTreeMap<i32, Series>>,
+    series: cachescope_platform::hash::FastMap<String, Doms>,
     count: usize,
     /// The newest grid index a row reached, and where the last pass ended.
     head: Option<i64>,
@@ -315,20 +319,26 @@ impl LiveFinder {
         let k = (r.time_ns - 1).div_euclid(BUCKET_NS);
         self.head = Some(self.head.map_or(k, |h| h.max(k)));
         let domain = r.domain as i32;
+        let at = match self.series.get(r.container.id.as_str()) {
+            Some(doms) => doms.binary_search_by_key(&domain, |(d, _)| *d),
+            None => Err(0),
+        };
+        if at.is_err() && self.count >= MAX_SERIES {
+            // Checked before the id is copied into the map: beyond the bound, every row of
+            // every container left out would copy it and each pass drop it again.
+            self.cut_rows += 1;
+            return;
+        }
         let doms = match self.series.get_mut(r.container.id.as_str()) {
             Some(d) => d,
             None => self.series.entry(r.container.id.clone()).or_default(),
         };
-        let s = match doms.entry(domain) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => {
-                if self.count >= MAX_SERIES {
-                    self.cut_rows += 1;
-                    return;
-                }
+        let s = match at {
+            Ok(i) => &mut doms[i].1,
+            Err(i) => {
                 self.count += 1;
                 let name = r.container.name().map_or_else(|| r.container.id.clone(), String::from);
-                e.insert(Series {
+                let s = Series {
                     name,
                     buckets: Runs::default(),
                     back: k - 1,
@@ -336,7 +346,9 @@ impl LiveFinder {
                     has_bytes: false,
                     alive: true,
                     steady: k,
-                })
+                };
+                doms.insert(i, (domain, s));
+                &mut doms[i].1
             }
         };
         s.alive = true;
@@ -360,7 +372,7 @@ impl LiveFinder {
     /// A container stopped: its series end (no value carried past it).
     pub fn forget(&mut self, id: &str) {
         if let Some(doms) = self.series.get_mut(id) {
-            for s in doms.values_mut() {
+            for (_, s) in doms.iter_mut() {
                 s.alive = false;
                 s.occ = None;
             }
@@ -375,7 +387,7 @@ impl LiveFinder {
         // Series that are gone and out of the window are dropped.
         for doms in self.series.values_mut() {
             let before = doms.len();
-            doms.retain(|_, s| s.alive || s.back >= start);
+            doms.retain(|(_, s)| s.alive || s.back >= start);
             self.count -= before - doms.len();
         }
         self.series.retain(|_, d| !d.is_empty());
@@ -391,7 +403,7 @@ impl LiveFinder {
     /// past `end`; a window reaching further back would begin with a gap that the finder reads
     /// as a rise from nothing.
     fn window(&self, end: i64) -> Option<(i64, i64)> {
-        let oldest = self.series.values().flat_map(|d| d.values()).map(Series::front).min()?;
+        let oldest = self.series.values().flat_map(|d| d.iter()).map(|(_, s)| s.front()).min()?;
         let newest = self.head?.max(end);
         let start = oldest.max(newest - WINDOW as i64 + 1);
         (start <= end).then_some((start, end))
@@ -572,7 +584,7 @@ mod tests {
                 active_at.push((k / 100, board.lock().unwrap().active.len()));
             }
             for doms in f.series.values() {
-                assert!(doms.values().all(|s| s.buckets.held <= WINDOW));
+                assert!(doms.iter().all(|(_, s)| s.buckets.held <= WINDOW));
             }
         }
         f.finish();
@@ -805,7 +817,7 @@ mod tests {
             r.mbm_total_bytes = Some(0);
             f.rows(&[r]);
         }
-        let s = &f.series["idle"][&0];
+        let s = &f.series["idle"][0].1;
         assert_eq!((s.buckets.held, s.buckets.runs.len()), (WINDOW, 1));
     }
 
