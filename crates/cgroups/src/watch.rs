@@ -45,7 +45,10 @@ struct State {
     inotify: Inotify,
     /// Exact paths (relative to the root): names need not be UTF-8.
     wd_path: HashMap<WatchDescriptor, PathBuf>,
-    known: BTreeMap<PathBuf, Container>,
+    known: BTreeMap<PathBuf, Known>,
+    /// The number of the walk under way: a known container the walk finds unchanged is
+    /// marked with it instead of being described again.
+    walk: u64,
     tx: Sender<Event>,
     /// Directories searched but not watched (the inotify watch limit): changes below them are
     /// found by the periodic reconcile only. Counted at each reconcile.
@@ -57,6 +60,12 @@ struct State {
     early: Option<Early>,
 }
 
+/// A container started and not stopped, and the last walk that found it.
+struct Known {
+    c: Container,
+    walk: u64,
+}
+
 impl State {
     fn emit(&self, kind: Lifecycle, container: Container) {
         let (at, monotonic) = (SystemTime::now(), cachescope_platform::clock::monotonic());
@@ -65,9 +74,19 @@ impl State {
 
     /// Watch and walk the subtree at `rel`, collecting containers into `found`.
     fn sync_subtree(&mut self, rel: &Path, out: &mut Vec<Container>, depth: usize) -> Result<(), CgroupError> {
-        // A container, and still watched and searched: containers nest.
-        out.extend(found(&self.root, rel, &self.globs));
+        // A container, and still watched and searched: containers nest. One already known in
+        // the same directory (the same cgroup id) is only marked as found: describing every
+        // container again at each periodic walk held megabytes at 10,000 (docs/cost.md).
         let dir = self.root.join(rel);
+        let walk = self.walk;
+        let same = |k: &Known| {
+            use std::os::unix::fs::MetadataExt;
+            k.c.cgroup_id.is_some() && k.c.cgroup_id == std::fs::metadata(&dir).ok().map(|m| m.ino())
+        };
+        match self.known.get_mut(rel).filter(|k| same(k)) {
+            Some(k) => k.walk = walk,
+            None => out.extend(found(&self.root, rel, &self.globs)),
+        }
         let added = if self.limit.is_some_and(|l| self.wd_path.len() >= l) {
             Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
         } else {
@@ -95,21 +114,22 @@ impl State {
     }
 
     fn start_if_new(&mut self, c: Container) {
-        match self.known.get(&c.rel) {
-            Some(k) if k.cgroup_id == c.cgroup_id || c.cgroup_id.is_none() => {}
+        let walk = self.walk;
+        match self.known.get_mut(&c.rel) {
+            Some(k) if k.c.cgroup_id == c.cgroup_id || c.cgroup_id.is_none() => k.walk = walk,
             Some(_) => {
                 // Same path, new directory: the old one is gone.
                 if let Some(old) = self.known.remove(&c.rel) {
-                    self.emit(Lifecycle::Stopped, old);
+                    self.emit(Lifecycle::Stopped, old.c);
                 }
-                self.known.insert(c.rel.clone(), c.clone());
+                self.known.insert(c.rel.clone(), Known { c: c.clone(), walk });
                 self.emit(Lifecycle::Started, c);
             }
             None => {
                 if let Some(f) = &self.early {
                     f(&c.identity.id, &self.root.join(&c.rel));
                 }
-                self.known.insert(c.rel.clone(), c.clone());
+                self.known.insert(c.rel.clone(), Known { c: c.clone(), walk });
                 self.emit(Lifecycle::Started, c);
             }
         }
@@ -127,8 +147,8 @@ impl State {
         }
         let gone: Vec<PathBuf> = self.known.keys().filter(|p| p.starts_with(rel)).cloned().collect();
         for p in gone {
-            if let Some(c) = self.known.remove(&p) {
-                self.emit(Lifecycle::Stopped, c);
+            if let Some(k) = self.known.remove(&p) {
+                self.emit(Lifecycle::Stopped, k.c);
             }
         }
     }
@@ -138,6 +158,8 @@ impl State {
         let mut found = Vec::new();
         let before: Vec<(WatchDescriptor, PathBuf)> = self.wd_path.drain().collect();
         self.unwatched = 0;
+        self.walk += 1;
+        let walk = self.walk;
         self.sync_subtree(Path::new(""), &mut found, 0)?;
         // Watches of directories that no longer exist (their removal event was lost).
         for (wd, _) in before {
@@ -145,16 +167,20 @@ impl State {
                 let _ = self.inotify.watches().remove(wd);
             }
         }
-        let present: BTreeMap<PathBuf, Option<u64>> = found.iter().map(|c| (c.rel.clone(), c.cgroup_id)).collect();
+        // Found unchanged: marked by this walk. Found anew (described): in `found`, where a
+        // directory of the same path with another cgroup id replaces the one known.
+        let present: BTreeMap<&Path, Option<u64>> = found.iter().map(|c| (c.rel.as_path(), c.cgroup_id)).collect();
         let gone: Vec<PathBuf> = self
             .known
             .iter()
-            .filter(|(p, c)| present.get(*p).is_none_or(|id| id.is_some() && *id != c.cgroup_id))
+            .filter(|(p, k)| {
+                k.walk != walk && present.get(p.as_path()).is_none_or(|id| id.is_some() && *id != k.c.cgroup_id)
+            })
             .map(|(p, _)| p.clone())
             .collect();
         for p in gone {
-            if let Some(c) = self.known.remove(&p) {
-                self.emit(Lifecycle::Stopped, c);
+            if let Some(k) = self.known.remove(&p) {
+                self.emit(Lifecycle::Stopped, k.c);
             }
         }
         for c in found {
@@ -251,6 +277,7 @@ impl Watcher {
             inotify,
             wd_path: HashMap::new(),
             known: BTreeMap::new(),
+            walk: 0,
             tx,
             unwatched: 0,
             limit,

@@ -288,6 +288,34 @@ fn past_the_watch_limit_nothing_escapes() {
     w.stop().unwrap();
 }
 
+/// Below a directory it cannot watch, only the periodic walk sees changes: a container whose
+/// directory is removed and made again under the same path between two walks (a new cgroup
+/// id) is stopped and started again, once each, and one left alone is reported by no walk.
+#[test]
+fn a_walk_reports_a_directory_made_again_and_nothing_unchanged() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(root) = TestRoot::new("rewalk") else { return };
+    let deep = root.0.join("a/b");
+    std::fs::create_dir_all(&deep).unwrap();
+    let (stay, again) = (format!("docker-{ID}.scope"), format!("crio-{ID}.scope"));
+    std::fs::create_dir(deep.join(&stay)).unwrap();
+    std::fs::create_dir(deep.join(&again)).unwrap();
+    let (w, rx) = Watcher::start_limited(&root.0, vec![], Duration::from_millis(200), Some(1)).unwrap();
+    let first = collect(&rx, Duration::from_millis(600));
+    assert_eq!(first.len(), 2, "{:?}", first.iter().map(|e| &e.container.cgroup_path).collect::<Vec<_>>());
+    let old_id = first.iter().find(|e| e.container.cgroup_path.ends_with(&again)).unwrap().container.cgroup_id;
+    std::fs::remove_dir(deep.join(&again)).unwrap();
+    std::fs::create_dir(deep.join(&again)).unwrap();
+    let later = collect(&rx, Duration::from_millis(1000));
+    let seen: Vec<(Lifecycle, &str)> =
+        later.iter().map(|e| (e.kind.clone(), e.container.cgroup_path.as_str())).collect();
+    let path = format!("a/b/{again}");
+    assert_eq!(seen, [(Lifecycle::Stopped, path.as_str()), (Lifecycle::Started, path.as_str())]);
+    assert_eq!(later[0].container.cgroup_id, old_id);
+    assert_ne!(later[1].container.cgroup_id, old_id, "the new directory's id");
+    w.stop().unwrap();
+}
+
 /// Two cgroups whose names carry the same runtime id (a container id reused under two
 /// parents): the first in path order keeps the bare id, the other gets `id@path`, the same in
 /// every run whatever order the directories were made in.
