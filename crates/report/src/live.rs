@@ -319,20 +319,24 @@ impl LiveFinder {
         let k = (r.time_ns - 1).div_euclid(BUCKET_NS);
         self.head = Some(self.head.map_or(k, |h| h.max(k)));
         let domain = r.domain as i32;
-        let at = match self.series.get(r.container.id.as_str()) {
-            Some(doms) => doms.binary_search_by_key(&domain, |(d, _)| *d),
-            None => Err(0),
+        // The bound is checked before the id is copied into the map: beyond it, every row of
+        // every container left out would copy it and each pass drop it again.
+        let full = self.count >= MAX_SERIES;
+        let (doms, at) = match self.series.get_mut(r.container.id.as_str()) {
+            Some(d) => {
+                let at = d.binary_search_by_key(&domain, |(d, _)| *d);
+                (d, at)
+            }
+            None if full => {
+                self.cut_rows += 1;
+                return;
+            }
+            None => (self.series.entry(r.container.id.clone()).or_default(), Err(0)),
         };
-        if at.is_err() && self.count >= MAX_SERIES {
-            // Checked before the id is copied into the map: beyond the bound, every row of
-            // every container left out would copy it and each pass drop it again.
+        if at.is_err() && full {
             self.cut_rows += 1;
             return;
         }
-        let doms = match self.series.get_mut(r.container.id.as_str()) {
-            Some(d) => d,
-            None => self.series.entry(r.container.id.clone()).or_default(),
-        };
         let s = match at {
             Ok(i) => &mut doms[i].1,
             Err(i) => {
