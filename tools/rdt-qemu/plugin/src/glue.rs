@@ -311,9 +311,12 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
         }
     });
     let u = usize::from(!user.is_null());
-    v.lookups[u].fetch_add(n.lookups, Ordering::Relaxed);
-    v.refs[u].fetch_add(n.references, Ordering::Relaxed);
-    v.misses[u].fetch_add(n.misses, Ordering::Relaxed);
+    // This thread is the counts' only writer: a load and a store, not a locked add (three of
+    // those were half of this callback's time). The device's reads stay atomic.
+    let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    add(&v.lookups[u], n.lookups);
+    add(&v.refs[u], n.references);
+    add(&v.misses[u], n.misses);
 }
 
 /// The private cache of `vcpu`, when there is a PMU: run on that vCPU's thread only.

@@ -16,9 +16,12 @@ const INVALID: u64 = u64::MAX;
 pub struct Private {
     sets: u64,
     ways: usize,
-    tag: Vec<u64>,
-    used: Vec<u64>,
+    /// Per way of every set (set-major), a set's ways side by side: the line, or INVALID, and
+    /// its last use.
+    way: Vec<(u64, u64)>,
     clock: u64,
+    /// The way the last access found or filled, checked first (as the L3 model does).
+    last: usize,
 }
 
 impl Private {
@@ -34,7 +37,7 @@ impl Private {
             return None;
         }
         let lines = usize::try_from(size / u64::from(line_size)).ok()?;
-        Some(Private { sets, ways: ways as usize, tag: vec![INVALID; lines], used: vec![0; lines], clock: 0 })
+        Some(Private { sets, ways: ways as usize, way: vec![(INVALID, 0); lines], clock: 0, last: 0 })
     }
 
     fn set(&self, line: u64) -> std::ops::Range<usize> {
@@ -46,33 +49,41 @@ impl Private {
     /// An access to `line` (a line address): true when it hit; a miss fills it.
     pub fn touch(&mut self, line: u64) -> bool {
         self.clock += 1;
-        let set = self.set(line);
-        if let Some(i) = set.clone().find(|&i| self.tag[i] == line) {
-            self.used[i] = self.clock;
+        let now = self.clock;
+        if self.way[self.last].0 == line {
+            self.way[self.last].1 = now;
+            return true;
+        }
+        let range = self.set(line);
+        let base = range.start;
+        let set = &mut self.way[range];
+        if let Some(i) = set.iter().position(|w| w.0 == line) {
+            set[i].1 = now;
+            self.last = base + i;
             return true;
         }
         let victim = set
-            .clone()
-            .find(|&i| self.tag[i] == INVALID)
-            .or_else(|| set.clone().min_by_key(|&i| self.used[i]))
-            .unwrap_or(set.start);
-        self.tag[victim] = line;
-        self.used[victim] = self.clock;
+            .iter()
+            .position(|w| w.0 == INVALID)
+            .or_else(|| set.iter().enumerate().min_by_key(|(_, w)| w.1).map(|(i, _)| i))
+            .unwrap_or(0);
+        set[victim] = (line, now);
+        self.last = base + victim;
         false
     }
 
     /// CLFLUSH, CLFLUSHOPT or a non-temporal store of `line`.
     pub fn invalidate(&mut self, line: u64) {
         for i in self.set(line) {
-            if self.tag[i] == line {
-                self.tag[i] = INVALID;
+            if self.way[i].0 == line {
+                self.way[i].0 = INVALID;
             }
         }
     }
 
     /// WBINVD or INVD.
     pub fn clear(&mut self) {
-        self.tag.fill(INVALID);
+        self.way.iter_mut().for_each(|w| w.0 = INVALID);
     }
 }
 
@@ -176,5 +187,28 @@ mod tests {
         assert!(Private::new(32 * KIB, 0, 64).is_none());
         assert!(Private::new(24 * KIB, 8, 64).is_none(), "48 sets");
         assert!(Private::new(1000, 8, 64).is_none());
+    }
+
+    proptest::proptest! {
+        /// As the L3's: the remembered way changes which accesses hit in no way.
+        #[test]
+        fn the_remembered_way_is_only_a_shortcut(lines in proptest::collection::vec((0u64..4096, 0u8..20), 1..4000)) {
+            let mut fast = Private::new(4 * KIB, 4, 64).expect("geometry");
+            let mut slow = Private::new(4 * KIB, 4, 64).expect("geometry");
+            for (line, op) in lines {
+                slow.last = (line as usize * 5) % slow.way.len();
+                match op {
+                    0 => {
+                        fast.invalidate(line);
+                        slow.invalidate(line);
+                    }
+                    1 if line % 64 == 0 => {
+                        fast.clear();
+                        slow.clear();
+                    }
+                    _ => proptest::prop_assert_eq!(fast.touch(line), slow.touch(line)),
+                }
+            }
+        }
     }
 }
