@@ -11,14 +11,18 @@
 #                              (counts only while kernel.bpf_stats_enabled=1)
 #
 # What the cache holds (github.com is not reachable from the bench machine, so the sources are
-# kept there; nothing is fetched at build time):
-#   src-COMMIT.tar.gz     `git archive` of the commit (its pax header names the commit)
-#   vendor-COMMIT.tar.gz  `cargo vendor --locked` of its Cargo.lock: every crates.io crate and
-#                         the two git dependencies, libbpf/vmlinux.h@8f91e9f and ttrpc 0.8.4.
-#                         The locked ttrpc rev 8ac79f1 (a GitHub pull-request test merge) no
-#                         longer exists anywhere; the vendored ttrpc is its base, ttrpc-rust
-#                         d79bd82, plus the start_connected() of containerd/ttrpc-rust#292's
-#                         first version, which the collector calls (ttrpc-start_connected.patch)
+# kept there; a build fetches nothing from it):
+#   src-COMMIT.tar.gz     `git archive` of the commit (its pax header names the commit), made
+#                         from COLLECTOR_GIT when missing (a clone or mirror works)
+#   vendor-COMMIT.tar.gz  its Cargo.lock's dependencies, made when missing by
+#                         scripts/lib/collector-vendor.py (reproducible: the same inputs give
+#                         the same bytes, pinned by COLLECTOR_VENDOR_SHA256): every crates.io
+#                         crate, checked against the lock, and the two git dependencies from
+#                         clones or mirrors (COLLECTOR_VMLINUX_GIT, COLLECTOR_TTRPC_GIT):
+#                         libbpf/vmlinux.h@8f91e9f, and ttrpc 0.8.4, whose locked rev 8ac79f1
+#                         (a GitHub pull-request test merge) no longer exists anywhere: its
+#                         base, ttrpc-rust d79bd82, plus start_connected(), the API of
+#                         containerd/ttrpc-rust#292 the collector calls (the patch below)
 #   cargo-config.toml     routes crates.io and both git sources to the vendored crates
 #   local.patch           the one local change to the collector (written from the copy below
 #                         when missing): without a hardware PMU (this VM), its four hardware
@@ -31,7 +35,10 @@
 # ids, whichever hierarchy is mounted) and talks to NRI only when /var/run/nri/nri.sock exists.
 
 COLLECTOR_COMMIT=ac9662290fb3f6c4d12494c8c63a60a88235d9c0
-COLLECTOR_VENDOR_SHA256=d7fed461b9ee12c397268aa8596bdf480096b8a3e93cbb8e3027af6977d6f06f
+COLLECTOR_VENDOR_SHA256=82ce89270e6ad8a2f79f276cad28c9f392fe894667a8033b49cf3f7ced5b3dd0
+COLLECTOR_TTRPC_BASE=d79bd8263528812601ff7650c404a57dab4f1f5b
+COLLECTOR_TTRPC_LOCKED=8ac79f1ce81808ff5781cf03a11fb08c29c9ffe1
+COLLECTOR_VMLINUX_REV=8f91e9fd5b488ff57074e589e3960940f3387830
 # The names of the collector's eBPF programs (collector.bpf.c and bpf-sync-timer).
 COLLECTOR_BPF_PROGS="handle_sched_switch handle_process_exit handle_process_free handle_hrtimer_expire_exit sync_timer_init_shared"
 
@@ -70,6 +77,81 @@ diff -ruN a/crates/perf_events/src/helpers.rs b/crates/perf_events/src/helpers.r
 EOF
 }
 
+# The vendored ttrpc's change: start_connected() on its base revision.
+_collector_ttrpc_patch_text() {
+  cat <<'EOF'
+--- a/src/asynchronous/server.rs
++++ b/src/asynchronous/server.rs
+@@ -171,6 +171,25 @@
+         Ok(())
+     }
+ 
++    /// Serves one socket that is already connected, until it closes (a local change for
++    /// unvariance/collector's baseline build: the API it calls, from containerd/ttrpc-rust#292).
++    pub fn start_connected(
++        &mut self,
++        conn: Socket,
++    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
++        let delegate = ServerBuilder {
++            services: self.services.clone(),
++            streams: Arc::new(Mutex::new(HashMap::new())),
++            shutdown_waiter: self.shutdown.subscribe(),
++        };
++        async move {
++            Connection::new(conn, delegate)
++                .run()
++                .await
++                .map_err(|e| Error::Others(format!("connection run error: {e}")))
++        }
++    }
++
+     pub async fn shutdown(&mut self) -> Result<()> {
+         self.stop_listen().await;
+         self.disconnect().await;
+EOF
+}
+
+# The cargo configuration that sends every source of the lock to the vendored crates (the
+# build points `directory` at them).
+_collector_cargo_config_text() {
+  cat <<EOF
+[source.crates-io]
+replace-with = "vendored-sources"
+
+[source."git+https://github.com/containerd/ttrpc-rust?rev=$COLLECTOR_TTRPC_LOCKED"]
+git = "https://github.com/containerd/ttrpc-rust"
+rev = "$COLLECTOR_TTRPC_LOCKED"
+replace-with = "vendored-sources"
+
+[source."git+https://github.com/libbpf/vmlinux.h.git?rev=$COLLECTOR_VMLINUX_REV"]
+git = "https://github.com/libbpf/vmlinux.h.git"
+rev = "$COLLECTOR_VMLINUX_REV"
+replace-with = "vendored-sources"
+
+[source.vendored-sources]
+directory = "vendor"
+EOF
+}
+
+# _collector_git_dir CACHE NAME URL: a local git directory holding URL's history (URL itself
+# when it is a directory; else a bare clone kept in CACHE/git-NAME).
+_collector_git_dir() {
+  local c=$1 name=$2 url=$3
+  if [ -d "$url" ]; then
+    echo "$url"
+    return 0
+  fi
+  if [ ! -d "$c/git-$name" ]; then
+    if ! git clone -q --bare "$url" "$c/git-$name.part" >&2; then
+      rm -rf "$c/git-$name.part"
+      echo "collector_build: cannot clone $url (set COLLECTOR_${name^^}_GIT to a clone or mirror)" >&2
+      return 1
+    fi
+    mv "$c/git-$name.part" "$c/git-$name"
+  fi
+  echo "$c/git-$name"
+}
+
 # _collector_source CACHE: makes sure CACHE/src-COMMIT.tar.gz exists, from COLLECTOR_GIT
 # (default https://github.com/unvariance/collector; a local mirror's path works too) if not.
 _collector_source() {
@@ -96,17 +178,21 @@ _collector_source() {
   fi
 }
 
-# _collector_vendor CACHE: makes sure the vendored crates are unpacked at CACHE/vendor-COMMIT.
+# _collector_vendor CACHE: makes sure the vendored crates are unpacked at CACHE/vendor-COMMIT,
+# making their tarball first when it is missing.
 _collector_vendor() {
-  local c=$1 tgz dir sum
+  local c=$1 tgz dir sum ttrpc vmlinux patch
   dir=$c/vendor-$COLLECTOR_COMMIT
   tgz=$dir.tar.gz
   [ -d "$dir" ] && return 0
   if [ ! -s "$tgz" ]; then
-    echo "collector_build: MISSING $tgz (the collector's vendored dependencies; see the notes in" \
-      "scripts/lib/collector.sh). It cannot be remade here: github.com is unreachable and the" \
-      "locked ttrpc revision no longer exists upstream." >&2
-    return 1
+    echo "collector_build: making $tgz (crates.io and the two git dependencies)" >&2
+    ttrpc=$(_collector_git_dir "$c" ttrpc "${COLLECTOR_TTRPC_GIT:-https://github.com/containerd/ttrpc-rust}") || return 1
+    vmlinux=$(_collector_git_dir "$c" vmlinux "${COLLECTOR_VMLINUX_GIT:-https://github.com/libbpf/vmlinux.h}") || return 1
+    patch=$c/ttrpc-start_connected.patch
+    _collector_ttrpc_patch_text >"$patch"
+    "$(dirname "${BASH_SOURCE[0]}")/collector-vendor.py" "$c/src-$COLLECTOR_COMMIT.tar.gz" "$ttrpc" \
+      "$COLLECTOR_TTRPC_BASE" "$patch" "$vmlinux" "$tgz" || return 1
   fi
   sum=$(sha256sum "$tgz" | cut -d' ' -f1)
   if [ "$sum" != "$COLLECTOR_VENDOR_SHA256" ]; then
@@ -168,7 +254,7 @@ _collector_build_locked() {
   _collector_deps || return 1
   _collector_source "$c" || return 1
   _collector_vendor "$c" || return 1
-  [ -s "$c/cargo-config.toml" ] || { echo "collector_build: MISSING $c/cargo-config.toml" >&2; return 1; }
+  [ -s "$c/cargo-config.toml" ] || _collector_cargo_config_text >"$c/cargo-config.toml" || return 1
   id=$(zcat "$c/src-$COLLECTOR_COMMIT.tar.gz" | git get-tar-commit-id 2>/dev/null)
   if [ "$id" != "$COLLECTOR_COMMIT" ]; then
     echo "collector_build: $c/src-$COLLECTOR_COMMIT.tar.gz is not a git archive of $COLLECTOR_COMMIT" >&2
