@@ -18,9 +18,15 @@ apt_suite() {
   APT_SUITE_OPTS=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$dir/etc"
     -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache" -o APT::Sandbox::User=root
     -o Dir::State::Status=/dev/null -o APT::Architectures=amd64)
-  if [ -z "$(find "$dir/lists" \( -name '*_Packages*' -o -name '*_Sources*' \) -mtime -1 2>/dev/null | head -1)" ]; then
-    apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
-  fi
+  # One update of DIR's index at a time, whoever asks (apt's own lock refuses a second one
+  # outright: CI21's crun guest failed so, beside scripts/kmod-build.sh updating the same index),
+  # and the age checked under the lock, so that the second finds the first's index fresh.
+  (
+    flock 7
+    if [ -z "$(find "$dir/lists" \( -name '*_Packages*' -o -name '*_Sources*' \) -mtime -1 2>/dev/null | head -1)" ]; then
+      apt-get "${APT_SUITE_OPTS[@]}" update -qq >&2
+    fi
+  ) 7>"$dir/.update-lock"
 }
 
 # apt_unstable: apt_suite for unstable's packages, in the kernel cache's configuration
