@@ -233,6 +233,12 @@ collector_build() {
   psum=$(sha256sum "$patch" | cut -d' ' -f1)
   key=${COLLECTOR_COMMIT:0:12}-${psum:0:12}
   bin=$c/bin/collector-$key
+  # Not for the build: collector_run reads the collector's eBPF time (COLLECTOR_BPF_STATS=1)
+  # with bpftool, and a benchmark should not find it missing after its own half.
+  if ! command -v bpftool >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "collector_build: apt-get installing bpftool" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bpftool >&2 || return 1
+  fi
   if [ -x "$bin" ]; then
     echo "$bin"
     return 0
