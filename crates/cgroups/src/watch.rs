@@ -11,7 +11,7 @@ use crate::{found, path_text, CgroupError, Container};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -232,6 +232,9 @@ impl State {
 /// A running watch. Dropping it stops the thread and closes the inotify descriptor.
 pub struct Watcher {
     stop: Arc<AtomicBool>,
+    /// Written to stop the thread at once: it sleeps in poll(2) until a cgroup changes or its
+    /// next walk is due, not in short naps that would check `stop` (20 wake-ups a second did).
+    wake: Arc<OwnedFd>,
     watches: Arc<AtomicUsize>,
     unwatched: Arc<AtomicUsize>,
     handle: Option<JoinHandle<Result<(), CgroupError>>>,
@@ -285,15 +288,22 @@ impl Watcher {
         };
         st.reconcile()?;
         st.early = early;
+        // SAFETY: eventfd(2) takes no pointers; a descriptor it returns is ours alone.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(CgroupError::Io { path: PathBuf::from("eventfd"), error: std::io::Error::last_os_error() });
+        }
+        // SAFETY: `fd` was just returned by eventfd(2) and nothing else owns it.
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let stop = Arc::new(AtomicBool::new(false));
         let watches = Arc::new(AtomicUsize::new(st.wd_path.len()));
         let unwatched = Arc::new(AtomicUsize::new(st.unwatched));
-        let shared = (stop.clone(), watches.clone(), unwatched.clone());
+        let shared = (stop.clone(), wake.clone(), watches.clone(), unwatched.clone());
         let handle = std::thread::Builder::new()
             .name("cgroup-watch".into())
             .spawn(move || run(st, shared, reconcile_every))
             .map_err(|error| CgroupError::Io { path: PathBuf::from("thread"), error })?;
-        Ok((Watcher { stop, watches, unwatched, handle: Some(handle) }, rx))
+        Ok((Watcher { stop, wake, watches, unwatched, handle: Some(handle) }, rx))
     }
 
     /// inotify watches currently held (one per non-container directory).
@@ -308,9 +318,18 @@ impl Watcher {
         self.unwatched.load(Ordering::Relaxed)
     }
 
+    /// Tells the thread to end, now rather than at its next walk.
+    fn signal_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to the eventfd `wake` keeps open. It cannot
+        // fail but by overflowing the counter, which a few writes do not reach.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
     /// Stop and report the thread's error, if it had one.
     pub fn stop(mut self) -> Result<(), CgroupError> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.signal_stop();
         match self.handle.take().map(|h| h.join()) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(CgroupError::Io {
@@ -324,7 +343,10 @@ impl Watcher {
 
 impl Drop for Watcher {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        if self.handle.is_none() {
+            return;
+        }
+        self.signal_stop();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -334,20 +356,28 @@ impl Drop for Watcher {
 /// The longest wait for a full walk while some directories are searched without a watch.
 pub const UNWATCHED_RECONCILE: Duration = Duration::from_secs(10);
 
-fn run(
-    mut st: State,
-    (stop, watches, unwatched): (Arc<AtomicBool>, Arc<AtomicUsize>, Arc<AtomicUsize>),
-    reconcile_every: Duration,
-) -> Result<(), CgroupError> {
+/// What the watch thread shares with its [`Watcher`]: the stop flag, the eventfd that wakes it
+/// to see the flag, its watch count and its unwatched count.
+type Shared = (Arc<AtomicBool>, Arc<OwnedFd>, Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+fn run(mut st: State, (stop, wake, watches, unwatched): Shared, reconcile_every: Duration) -> Result<(), CgroupError> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut last_reconcile = Instant::now();
     let fd = st.inotify.as_raw_fd();
     while !stop.load(Ordering::Relaxed) {
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: `pfd` is one valid pollfd for the inotify descriptor, which `st` keeps open
-        // for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, 50) };
-        if n > 0 {
+        // Changes below an unwatched directory are found by the walk only: it comes sooner.
+        let every = if st.unwatched > 0 { reconcile_every.min(UNWATCHED_RECONCILE) } else { reconcile_every };
+        // Asleep until a change, the stop, or the next walk (rounded up to whole milliseconds).
+        let wait = every.saturating_sub(last_reconcile.elapsed());
+        let timeout = i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+        let mut pfd = [
+            libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `pfd` holds two valid pollfds, for the inotify descriptor (`st` keeps it open)
+        // and the eventfd (`wake` keeps it open), for the duration of the call.
+        let n = unsafe { libc::poll(pfd.as_mut_ptr(), 2, timeout) };
+        if n > 0 && pfd[0].revents != 0 {
             let events: Vec<(WatchDescriptor, EventMask, Option<OsString>)> = match st.inotify.read_events(&mut buf) {
                 Ok(evs) => evs.map(|e| (e.wd, e.mask, e.name.map(|n| n.to_os_string()))).collect(),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Vec::new(),
@@ -357,7 +387,9 @@ fn run(
                 st.handle(&wd, mask, name)?;
             }
         }
-        // Changes below an unwatched directory are found by the walk only: it comes sooner.
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let every = if st.unwatched > 0 { reconcile_every.min(UNWATCHED_RECONCILE) } else { reconcile_every };
         if last_reconcile.elapsed() >= every {
             st.reconcile()?;

@@ -153,6 +153,40 @@ fn watcher_reports_start_and_stop() {
     w.stop().unwrap();
 }
 
+/// The voluntary context switches of this process's thread named `name`.
+fn thread_switches(name: &str) -> Option<u64> {
+    std::fs::read_dir("/proc/self/task").ok()?.flatten().find_map(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+        if comm.trim() != name {
+            return None;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// With nothing changing and its walk an hour away, the watch thread sleeps: it woke 20 times
+/// a second to look at its stop flag (issue 42: a thread's wake-ups are most of an idle
+/// collector's cost). Stopping it still ends it at once (the test would hang otherwise).
+#[test]
+fn an_idle_watcher_does_not_wake() {
+    let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(root) = TestRoot::new("sleep") else { return };
+    std::fs::create_dir_all(root.0.join("system.slice")).unwrap();
+    let (w, rx) = Watcher::start(&root.0, vec![], Duration::from_secs(3600)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = thread_switches("cgroup-watch").expect("the watch thread is named cgroup-watch");
+    std::thread::sleep(Duration::from_secs(1));
+    let after = thread_switches("cgroup-watch").unwrap();
+    println!("the idle watch thread switched {} times in 1 s", after - before);
+    assert!(after - before <= 2, "the idle watch thread woke {} times in 1 s", after - before);
+    // And it still sees a change at once.
+    std::fs::create_dir(root.0.join(format!("system.slice/docker-{ID}.scope"))).unwrap();
+    let e = rx.recv_timeout(HANG).unwrap();
+    assert_eq!(e.kind, Lifecycle::Started);
+    w.stop().unwrap();
+}
+
 #[test]
 fn churn_reports_every_start_and_stop_exactly_once_without_leaks() {
     let _fds = FDS.lock().unwrap_or_else(|p| p.into_inner());

@@ -19,6 +19,7 @@ mod common;
 
 use common::rdt::{boot, boot_checks, device_machine, fields, judge, near_bytes, num, stream_bytes, Check, Guest};
 use std::collections::HashMap;
+use std::path::Path;
 
 const LLC: i64 = 4 << 20;
 const DEVICE: &str = "-device rdt,llc-size=4M,llc-ways=16,rmids=32";
@@ -71,30 +72,44 @@ fn assignable_counters_on_the_kernels_resctrl() {
     stream_counted("6.1 on the ABMC device", &r, "stream_s");
 }
 
+/// The kernel's own files and cachescope's rows on one SNC boot (its checks judged apart).
 #[test]
 fn sub_numa_clusters_on_the_kernels_resctrl() {
     let Some((qemu, dir, work)) = device_machine("the device's sub-NUMA clusters") else { return };
     let m = snc_machine();
-    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc", kmod: false };
-    let r = boot(&qemu, &work, &g, &dir.path().join("snc"));
-    assert_eq!(num(&r, "mount"), 0);
-    assert_eq!(num(&r, "snc_detected"), 2, "the kernel's SNC detection");
-    assert_eq!(num(&r, "num_rmids"), 16, "RMIDs are shared out between the nodes of an L3");
+    let checks = [
+        Check { name: "kernel", script: "modern.sh", vars: "cs_mode=snc" },
+        Check { name: "cachescope", script: "modern.sh", vars: "cs_mode=snc_backend" },
+    ];
+    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "", kmod: false };
+    let done = boot_checks(&qemu, &work, &g, &checks, &dir.path().join("snc"));
+    let (kernel, (ours, out)) = (&done[0].0, &done[1]);
+    judge(vec![
+        ("the kernel's SNC files".into(), Box::new(move || check_snc_kernel(kernel))),
+        ("cachescope's SNC domains".into(), Box::new(move || check_snc_backend(ours, out))),
+    ]);
+}
+
+/// The kernel's SNC detection and its per-node files: each node's working set in its own node.
+fn check_snc_kernel(r: &HashMap<String, String>) {
+    assert_eq!(num(r, "mount"), 0);
+    assert_eq!(num(r, "snc_detected"), 2, "the kernel's SNC detection");
+    assert_eq!(num(r, "num_rmids"), 16, "RMIDs are shared out between the nodes of an L3");
     assert_eq!(r["domains"], "mon_L3_00,mon_L3_01,");
     assert_eq!(r["sub_00"], "mon_sub_L3_00,mon_sub_L3_01,");
     assert_eq!(r["sub_01"], "mon_sub_L3_02,mon_sub_L3_03,");
     for (g, own, other) in [("n0", "sub0", "sub1"), ("n1", "sub1", "sub0")] {
         let (mine, theirs, l3) =
-            (num(&r, &format!("{g}_{own}")), num(&r, &format!("{g}_{other}")), num(&r, &format!("{g}_l3")));
+            (num(r, &format!("{g}_{own}")), num(r, &format!("{g}_{other}")), num(r, &format!("{g}_l3")));
         let err = (mine - LLC / 4) as f64 / (LLC / 4) as f64;
         println!("{g}: its node {mine} B ({:+.1} % of W), the other node {theirs} B, the L3 {l3} B", 100.0 * err);
         assert!(err.abs() <= 0.10, "{g}: {mine} B in its own node for a {} B working set", LLC / 4);
         assert!(theirs <= LLC / 64, "{g}: {theirs} B in the node it never ran on");
         assert!((l3 - mine - theirs).abs() <= LLC / 64, "{g}: the L3 file {l3} is the nodes' sum {}", mine + theirs);
     }
-    stream_counted("a stream on node 1, in the L3 file", &r, "stream_s1");
-    assert!(num(&r, "s1_sub1_mbm") > 10 * num(&r, "s1_sub0_mbm").max(1), "the stream's bytes are node 1's");
-    assert_eq!(num(&r, "splats"), 0);
+    stream_counted("a stream on node 1, in the L3 file", r, "stream_s1");
+    assert!(num(r, "s1_sub1_mbm") > 10 * num(r, "s1_sub0_mbm").max(1), "the stream's bytes are node 1's");
+    assert_eq!(num(r, "splats"), 0);
 }
 
 /// What the device cannot model stops QEMU with one line that names it.
@@ -220,17 +235,12 @@ fn snc_machine() -> String {
 /// (its mon_sub_L3_YY); a container on node 0's CPU holds its working set in domain 0 and none
 /// in node 1's, and the other way round; a container's nodes add up to the kernel's L3 file of
 /// its group; `cachescope info` says SNC is on with 2 nodes per L3.
-#[test]
-fn cachescope_reads_each_sub_numa_node_as_a_domain() {
-    let Some((qemu, dir, work)) = device_machine("the device's sub-NUMA clusters") else { return };
-    let m = snc_machine();
-    let g = Guest { script: "modern.sh", kernel: "unstable", machine: &m, append: "cs_mode=snc_backend", kmod: false };
-    let out = dir.path().join("snc-backend");
-    let r = boot(&qemu, &work, &g, &out);
-    assert_eq!(num(&r, "monitor_exit"), 0);
+/// (A check of `sub_numa_clusters_on_the_kernels_resctrl`'s boot.)
+fn check_snc_backend(r: &HashMap<String, String>, out: &Path) {
+    assert_eq!(num(r, "monitor_exit"), 0);
     assert_eq!(r["info_snc"], "SNC on: 2 nodes per L3");
-    assert_eq!(num(&r, "splats"), 0);
-    let settled = num(&r, "settled") * 1_000_000_000;
+    assert_eq!(num(r, "splats"), 0);
+    let settled = num(r, "settled") * 1_000_000_000;
     let text = std::fs::read_to_string(out.join("rows.jsonl")).unwrap();
     let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let domains: std::collections::BTreeSet<i64> = rows.iter().filter_map(|r| r["domain"].as_i64()).collect();
@@ -247,7 +257,7 @@ fn cachescope_reads_each_sub_numa_node_as_a_domain() {
         let cg = format!("ctr/{n}");
         let (mine, theirs) = (last(&cg, own), last(&cg, other));
         let err = (mine - LLC / 4) as f64 / (LLC / 4) as f64;
-        let ref_l3 = num(&r, &format!("{n}_ref_l3"));
+        let ref_l3 = num(r, &format!("{n}_ref_l3"));
         println!(
             "{n}: node {own} {mine} B ({:+.1} % of W), node {other} {theirs} B; the kernel's L3 file {ref_l3} B",
             100.0 * err
