@@ -55,23 +55,23 @@ struct Truth {
     uncharged_ns: i64,
 }
 
-/// irq + softirq + steal of CPU `cpu` (None: all), in ns so far, from /proc/stat.
-fn uncharged_ns(cpu: Option<usize>) -> i64 {
+/// The fields after the name on /proc/stat's line for CPU `cpu` (None: all), in USER_HZ ticks.
+fn proc_stat(cpu: Option<usize>) -> Vec<i64> {
     let name = cpu.map_or("cpu".to_string(), |c| format!("cpu{c}"));
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
     let line = stat.lines().find(|l| l.split_whitespace().next() == Some(name.as_str())).unwrap();
-    let f: Vec<i64> = line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    (f[5] + f[6] + f[7]) * 1_000_000_000 / hz
+    line.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect()
+}
+
+/// irq + softirq + steal of CPU `cpu` (None: all), in ns so far, from /proc/stat.
+fn uncharged_ns(cpu: Option<usize>) -> i64 {
+    let f = proc_stat(cpu);
+    (f[5] + f[6] + f[7]) * user_hz_ns()
 }
 
 /// The steal time /proc/stat reports for all CPUs so far, in ns (0 where the host reports none).
 fn steal_ns() -> i64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu")).unwrap();
-    let steal: i64 = line.split_whitespace().nth(8).and_then(|x| x.parse().ok()).unwrap_or(0);
-    steal * user_hz_ns()
+    proc_stat(None)[7] * user_hz_ns()
 }
 
 /// One USER_HZ tick (the unit of /proc/stat), in ns.
