@@ -341,7 +341,7 @@ impl ParquetSink {
     }
 
     fn write_pending(&mut self, now: Instant) -> Result<(), SinkError> {
-        self.retry_recovery();
+        self.retry_recovery(false);
         self.retry_renames();
         while !self.pending.is_empty() {
             if self.file.is_none() {
@@ -441,7 +441,7 @@ impl ParquetSink {
         let Some(f) = self.file.take() else { return };
         let (partial, keep) = (f.partial.clone(), f.journaled);
         drop(f);
-        match recover::recover(&partial, Cause::Abandoned { keep }) {
+        match recover::recover(&partial, Cause::Abandoned { keep, shed: false }) {
             // Nothing was in it: its number goes to the next file, so numbers stay dense.
             Ok(Recovery::Empty { .. }) => self.seq -= 1,
             Ok(_) => self.with_stats(|s| s.files_closed += 1),
@@ -450,12 +450,25 @@ impl ParquetSink {
     }
 
     /// Cut back and close abandoned files; one that still fails (the footer did not fit
-    /// either) is retried at the next flush.
-    fn retry_recovery(&mut self) {
+    /// either) is retried at the next flush. With `shed` (the last try, at close), a footer a
+    /// full disk has no room for is made to fit by cutting the file's last row groups, their
+    /// rows counted as dropped: every file ends finished.
+    fn retry_recovery(&mut self, shed: bool) {
         let mut left = Vec::new();
         for (p, keep) in std::mem::take(&mut self.unrecovered) {
-            match recover::recover(&p, Cause::Abandoned { keep }) {
-                Ok(Recovery::Recovered { .. }) => self.with_stats(|s| s.files_closed += 1),
+            match recover::recover(&p, Cause::Abandoned { keep, shed }) {
+                Ok(Recovery::Recovered { shed: cut, .. }) => self.with_stats(|s| {
+                    s.files_closed += 1;
+                    if cut > 0 {
+                        s.rows_written -= cut.min(s.rows_written);
+                        s.rows_dropped += cut;
+                        s.dropped_why = Some(format!(
+                            "finishing {}: {}",
+                            p.display(),
+                            std::io::Error::from_raw_os_error(libc::ENOSPC)
+                        ));
+                    }
+                }),
                 Ok(_) => {}
                 Err(_) => left.push((p, keep)),
             }
@@ -482,7 +495,7 @@ impl ParquetSink {
         if let Err(e) = finished {
             // The footer could not be written: fall back to the journal.
             self.unrecovered.push((partial.clone(), keep));
-            self.retry_recovery();
+            self.retry_recovery(false);
             return Err(SinkError::Parquet(format!("closing {}: {e}", partial.display())));
         }
         if let Err(e) = self.rename_finished(&partial) {
@@ -561,7 +574,13 @@ impl ParquetSink {
             });
         }
         let closed = self.close_file();
-        self.retry_recovery();
+        self.retry_recovery(true);
+        // A footer that did not fit (close_file's only Parquet error) is no error once the last
+        // try above finished the file.
+        let closed = match closed {
+            Err(SinkError::Parquet(_)) if self.unrecovered.is_empty() => Ok(()),
+            other => other,
+        };
         self.retry_renames();
         let stats = self.stats.lock().map(|s| s.clone()).unwrap_or_default();
         let unfinished = self.unrecovered.first().map(|(p, _)| {

@@ -287,8 +287,10 @@ fn verify(c: &Claim, data: &File, len: u64, after: u64) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// Made readable under `path`: `rows` rows in `row_groups` row groups; `lost` row groups
-    /// the journal named could not be verified and were left out (their bytes stay in the file).
-    Recovered { path: PathBuf, rows: u64, row_groups: usize, lost: usize },
+    /// the journal named could not be verified and were left out (their bytes stay in the file);
+    /// `shed` rows of the last row groups were cut to make room for the footer on a full disk
+    /// (only when the writer closes: [`Cause::Abandoned`]'s `shed`).
+    Recovered { path: PathBuf, rows: u64, row_groups: usize, lost: usize, shed: u64 },
     /// It held no row group and no byte beyond the magic: removed.
     Empty { partial: PathBuf },
     /// Nothing in it could be verified: kept, renamed to `path`.
@@ -302,10 +304,13 @@ pub enum Recovery {
 impl std::fmt::Display for Recovery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Recovery::Recovered { path, rows, row_groups, lost } => {
+            Recovery::Recovered { path, rows, row_groups, lost, shed } => {
                 write!(f, "recovered {} after a crash: {rows} rows in {row_groups} row groups", path.display())?;
                 if *lost > 0 {
                     write!(f, "; {lost} row groups failed their checks and were left out")?;
+                }
+                if *shed > 0 {
+                    write!(f, "; {shed} rows cut to make room for the footer")?;
                 }
                 Ok(())
             }
@@ -330,8 +335,12 @@ pub(super) enum Cause {
     /// After a crash: they may be all that is left of something, so they are kept.
     Crash,
     /// Abandoned by this process after a failed write: bytes past `keep` belong to a batch
-    /// still held in memory, so they are cut (freeing the room a full disk needs).
-    Abandoned { keep: u64 },
+    /// still held in memory, so they are cut (freeing the room a full disk needs). With
+    /// `shed` (the writer is closing: there is no later try), a footer the disk has no room
+    /// for is made to fit by cutting the last row groups, whose rows are then counted lost:
+    /// a file whose every row group was journaled before the disk filled has only its
+    /// footer's bytes to free.
+    Abandoned { keep: u64, shed: bool },
 }
 
 /// Make a crashed partial file readable from its journal (see the module's comment).
@@ -404,10 +413,10 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
             lost += 1;
         }
     }
-    let Some(first) = kept.first() else {
+    if kept.is_empty() {
         // Abandoned with nothing journaled: its bytes are a batch still in memory. Anything
         // else that does not verify is kept.
-        let empty = matches!(cause, Cause::Abandoned { keep } if keep <= 4) || len <= 4;
+        let empty = matches!(cause, Cause::Abandoned { keep, .. } if keep <= 4) || len <= 4;
         drop(data);
         if empty {
             fs::remove_file(partial).map_err(io(format!("removing {}", partial.display())))?;
@@ -421,14 +430,59 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
         }
         sync_dir(parent(partial))?;
         return Ok(Recovery::Kept { path, lost });
-    };
-    if let Cause::Abandoned { keep } = cause {
+    }
+    if let Cause::Abandoned { keep, .. } = cause {
         let keep = keep.max(kept.last().map_or(4, |k| k.end));
         if keep < len {
             data.set_len(keep).map_err(io(format!("truncating {}", partial.display())))?;
             len = keep;
         }
     }
+    let shed_allowed = matches!(cause, Cause::Abandoned { shed: true, .. });
+    let mut shed = 0u64;
+    loop {
+        let footer = footer_of(&kept, partial)?;
+        // A damaged magic at the start is restored: readers that check it would refuse the file.
+        let write = |data: &mut File| -> std::io::Result<()> {
+            let mut magic = [0u8; 4];
+            data.read_exact_at(&mut magic, 0)?;
+            if &magic != b"PAR1" {
+                data.write_all_at(b"PAR1", 0)?;
+            }
+            data.seek(SeekFrom::Start(len))?;
+            data.write_all(&footer)?;
+            data.sync_all()
+        };
+        match write(&mut data) {
+            Ok(()) => break,
+            Err(e) if shed_allowed && kept.len() > 1 && e.raw_os_error() == Some(libc::ENOSPC) => {
+                // The last row group goes: its bytes (and the footer's part written) make room.
+                let Some(last) = kept.pop() else { break };
+                shed += u64::try_from(last.meta.row_groups()[0].num_rows()).unwrap_or(0);
+                len = kept.last().map_or(4, |k| k.end);
+                data.set_len(len).map_err(io(format!("truncating {}", partial.display())))?;
+            }
+            Err(e) => {
+                // What was written of the footer goes: the file is as the journal describes it.
+                let _ = data.set_len(len);
+                return Err(io(format!("writing the footer of {}", partial.display()))(e));
+            }
+        }
+    }
+    let (rows, row_groups) =
+        (kept.iter().map(|k| u64::try_from(k.meta.row_groups()[0].num_rows()).unwrap_or(0)).sum(), kept.len());
+    drop(data);
+    let done = rename_unique(partial, &final_path(partial)).map_err(io(format!("renaming {}", partial.display())))?;
+    sync_dir(parent(partial))?;
+    let _ = fs::remove_file(&jpath);
+    Ok(Recovery::Recovered { path: done, rows, row_groups, lost, shed })
+}
+
+/// The footer of a file holding the row groups `kept` (one per journal entry, in order).
+fn footer_of(kept: &[&Claim], partial: &Path) -> Result<Vec<u8>, SinkError> {
+    let Some(first) = kept.first() else {
+        return Err(SinkError::Parquet(format!("{}: no row group", partial.display())));
+    };
     let rgs: Vec<RowGroupMetaData> = kept.iter().map(|c| c.meta.row_groups()[0].clone()).collect();
     let rows = rgs.iter().fold(0i64, |a, r| a.saturating_add(r.num_rows()));
     let fm = first.meta.file_metadata();
@@ -444,27 +498,10 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
         fm.column_orders().cloned(),
     );
     let mut footer = Vec::new();
-    let row_groups = rgs.len();
     ParquetMetaDataWriter::new(&mut footer, &ParquetMetaData::new(meta, rgs))
         .finish()
         .map_err(|e| SinkError::Parquet(format!("footer for {}: {e}", partial.display())))?;
-    let write = |data: &mut File| -> std::io::Result<()> {
-        // A damaged magic at the start is restored: readers that check it would refuse the file.
-        let mut magic = [0u8; 4];
-        data.read_exact_at(&mut magic, 0)?;
-        if &magic != b"PAR1" {
-            data.write_all_at(b"PAR1", 0)?;
-        }
-        data.seek(SeekFrom::Start(len))?;
-        data.write_all(&footer)?;
-        data.sync_all()
-    };
-    write(&mut data).map_err(io(format!("writing the footer of {}", partial.display())))?;
-    drop(data);
-    let done = rename_unique(partial, &final_path(partial)).map_err(io(format!("renaming {}", partial.display())))?;
-    sync_dir(parent(partial))?;
-    let _ = fs::remove_file(&jpath);
-    Ok(Recovery::Recovered { path: done, rows: u64::try_from(rows).unwrap_or(0), row_groups, lost })
+    Ok(footer)
 }
 
 fn strip(partial: &Path) -> String {

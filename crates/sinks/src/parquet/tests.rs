@@ -32,6 +32,49 @@ fn opts(dir: &Path) -> Options {
     o
 }
 
+/// A tmpfs of `size` (mount's syntax) for a disk-full test, unmounted (lazily: a crashed
+/// sink's descriptors may stay open in this process) when the guard drops; None, with the
+/// skip said, where this process may not mount one (tier 3: root).
+fn tiny_tmpfs(test: &str, size: &str) -> Option<(tempfile::TempDir, PathBuf, Unmount)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        cachescope_testkit::skip(format!("{test} needs root to mount a tmpfs"));
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = dir.path().join("tiny");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        cachescope_testkit::skip(format!("{test} could not mount a tmpfs"));
+        return None;
+    }
+    Some((dir, mnt.clone(), Unmount(mnt)))
+}
+
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fill the filesystem of `path`'s directory: the file at `path` takes every byte left.
+fn fill(path: &Path) -> File {
+    let mut f = File::create(path).expect("filler");
+    let chunk = vec![0x5au8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    // What is left is less than a page: byte by byte.
+    while f.write_all(&[0x5a]).is_ok() {}
+    let _ = f.sync_all();
+    f
+}
+
 fn read_all(files: &[PathBuf]) -> Vec<RecordBatch> {
     let mut out = Vec::new();
     for f in files {
@@ -122,7 +165,7 @@ fn a_crash_loses_at_most_the_unflushed_rows() {
     assert!(files.is_empty());
     assert_eq!(partial.len(), 1);
     let recovered = recover_dir(dir.path()).expect("recover");
-    let [Recovery::Recovered { path, rows: 8, row_groups: 2, lost: 0 }] = &recovered[..] else {
+    let [Recovery::Recovered { path, rows: 8, row_groups: 2, lost: 0, shed: 0 }] = &recovered[..] else {
         panic!("{recovered:?}")
     };
     let recovered = vec![path.clone()];
@@ -347,41 +390,13 @@ fn a_busy_directory_names_the_lock_holder() {
 /// and reach the disk once there is room again; nothing accepted is lost.
 #[test]
 fn disk_full_is_survived() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        cachescope_testkit::skip("disk_full_is_survived needs root to mount a tmpfs");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mnt = dir.path().join("tiny");
-    std::fs::create_dir(&mnt).expect("mkdir");
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        cachescope_testkit::skip("disk_full_is_survived could not mount a tmpfs");
-        return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    let Some((_dir, mnt, _guard)) = tiny_tmpfs("disk_full_is_survived", "256k") else { return };
     let out = mnt.join("rec");
     let mut s = ParquetSink::new(opts(&out)).expect("sink");
     s.push(rows(0, 50));
     s.flush(Instant::now()).expect("first row group fits");
-    // Fill the filesystem.
     let filler = mnt.join("filler");
-    let mut f = File::create(&filler).expect("filler");
-    let chunk = vec![0x5au8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let _ = f.sync_all();
-    drop(f);
+    drop(fill(&filler));
     let mut accepted = 50;
     let mut failures = 0;
     for t in 1..20 {
@@ -706,31 +721,7 @@ fn a_directory_others_could_change_is_refused() {
 /// footer fits, else passed over and said; the recorder starts either way.
 #[test]
 fn a_full_disk_with_a_leftover_still_starts() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        cachescope_testkit::skip("a_full_disk_with_a_leftover_still_starts needs root to mount a tmpfs");
-        return;
-    }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mnt = dir.path().join("tiny");
-    std::fs::create_dir(&mnt).expect("mkdir");
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        cachescope_testkit::skip("a_full_disk_with_a_leftover_still_starts could not mount a tmpfs");
-        return;
-    }
-    // Lazily: the crashed sink's descriptors stay open in this process.
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    let Some((_dir, mnt, _guard)) = tiny_tmpfs("a_full_disk_with_a_leftover_still_starts", "256k") else { return };
     let out = mnt.join("rec");
     let mut s = ParquetSink::new(opts(&out)).expect("sink");
     for t in 0..3 {
@@ -738,10 +729,7 @@ fn a_full_disk_with_a_leftover_still_starts() {
         s.flush(Instant::now()).expect("flush");
     }
     crash(s);
-    let mut f = File::create(mnt.join("filler")).expect("filler");
-    let chunk = vec![0x5au8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let _ = f.sync_all();
+    let f = fill(&mnt.join("filler"));
     let s = ParquetSink::new(opts(&out)).expect("a leftover never stops a start, full disk or not");
     match s.recovered() {
         [Recovery::Left { why, .. }] => assert!(why.to_lowercase().contains("space"), "{why}"),
@@ -753,4 +741,44 @@ fn a_full_disk_with_a_leftover_still_starts() {
     std::fs::remove_file(mnt.join("filler")).expect("rm filler");
     let (_, e) = s.close();
     assert!(e.is_none(), "{e:?}");
+}
+
+/// Tier 3 (root): the disk fills after the last row group was written and journaled, so the
+/// only thing left to write at the end is the footer, and it does not fit (a CI run: `record`
+/// ended with "could not be finished", exit 1). Closing cuts the file's last row groups until
+/// it does: every file ends finished, and the rows cut are counted dropped, not written.
+#[test]
+fn a_footer_the_full_disk_has_no_room_for_is_made_to_fit() {
+    let Some((_dir, mnt, _guard)) = tiny_tmpfs("a_footer_the_full_disk_has_no_room_for_is_made_to_fit", "1m") else {
+        return;
+    };
+    let out = mnt.join("rec");
+    let mut s = ParquetSink::new(opts(&out)).expect("sink");
+    // Row groups until the file's last page has less room than any footer: then, the disk
+    // filled, the footer cannot fit where the row groups left off.
+    let mut accepted = 0u64;
+    let mut t = 0;
+    loop {
+        t += 1;
+        let n = 5 + (t as usize * 7) % 40;
+        s.push(rows(t, n));
+        accepted += n as u64;
+        s.flush(Instant::now()).expect("room while filling");
+        let len = s.file.as_ref().expect("open").good_len;
+        if 4096 - len % 4096 < 200 {
+            break;
+        }
+        assert!(t < 500, "never less than 200 bytes left in the last page");
+    }
+    let _filler = fill(&mnt.join("filler"));
+    let (st, e) = s.close();
+    assert!(e.is_none(), "close: {e:?} {st:?}");
+    assert!(st.rows_dropped > 0, "the footer fitted after all: the test did not test ({st:?})");
+    assert_eq!(st.rows_written + st.rows_dropped, accepted, "{st:?}");
+    assert!(st.dropped_why.as_deref().is_some_and(|w| w.contains("No space left on device")), "{st:?}");
+    let (files, partial) = report::files(std::slice::from_ref(&out)).expect("files");
+    assert!(partial.is_empty(), "{partial:?} {st:?}");
+    let total: usize = read_all(&files).iter().map(|b| b.num_rows()).sum();
+    assert_eq!(total as u64, st.rows_written, "the finished files hold the rows said written: {st:?}");
+    println!("{} rows written, {} cut for the footer, in {} files", st.rows_written, st.rows_dropped, files.len());
 }
