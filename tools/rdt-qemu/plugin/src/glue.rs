@@ -49,33 +49,6 @@ struct Model {
     domains: Vec<Domain>,
     /// With the device's PMU: what its counters are made of.
     pmu: Option<Pmu>,
-    /// Per vCPU, the line its last access left resident (None: a vCPU that shares its L3,
-    /// whose neighbours may evict that line between two of its accesses).
-    recent: Vec<Option<Recent>>,
-    line_shift: u32,
-}
-
-/// The virtual line (address >> line_shift) of a vCPU's last access, shifted left once with the
-/// low bit set when the line is dirty; NONE after anything else touched the model for it (a
-/// flush, a non-temporal store, an access the model did not keep). Only that vCPU's thread
-/// reads and writes it.
-///
-/// The next access to the same line, of the same vCPU, with no access between, is a hit that
-/// changes nothing in the model: the line is already the most recent of its set (LRU order),
-/// its owner stays (a hit never changes it), and its dirty bit is known. It only counts as a
-/// lookup of the private cache, which it hits too. Those are most accesses (a loop's loads
-/// within a line, a stack's pushes), and skipping QEMU's address translation and the model for
-/// them took QEMU's time per guest down by the share measured in tools/rdt-qemu/README.md.
-/// Virtual and physical lines agree: a line lies within a page.
-#[repr(align(64))]
-struct Recent(AtomicU64);
-
-const NONE: u64 = u64::MAX;
-
-impl Recent {
-    fn forget(&self) {
-        self.0.store(NONE, Ordering::Relaxed);
-    }
 }
 
 /// Per vCPU, in a scoreboard so that the translated code adds to it inline: instructions
@@ -118,13 +91,13 @@ struct Domain {
 
 impl Domain {
     /// Runs `f` on the model. The caller is a memory callback of one of this domain's vCPUs.
-    fn with<R>(&self, f: impl FnOnce(&mut Llc) -> R) -> R {
+    fn with(&self, f: impl FnOnce(&mut Llc)) {
         // A poisoned lock means a panic in the model: keep counting with its state as it was.
         let _held = self.shared.then(|| self.lock.lock().unwrap_or_else(|p| p.into_inner()));
         // SAFETY: either the lock is held, or the domain has one vCPU, and QEMU runs a vCPU's
         // callbacks on the one thread executing it, one at a time: no other reference to the
         // model exists meanwhile.
-        f(unsafe { &mut *self.cache.get() })
+        f(unsafe { &mut *self.cache.get() });
     }
 }
 
@@ -279,14 +252,7 @@ fn build(link: &'static RdtLink) -> Option<Model> {
             }
         }
     }
-    let recent = (0..link.nr_vcpus as usize)
-        .map(|v| {
-            // SAFETY: as above.
-            let d = unsafe { *link.vcpu_domain.add(v) } as usize;
-            domains.get(d).is_some_and(|d| !d.shared).then(|| Recent(AtomicU64::new(NONE)))
-        })
-        .collect();
-    Some(Model { link, domains, pmu: build_pmu(link), recent, line_shift: link.line_size.trailing_zeros() })
+    Some(Model { link, domains, pmu: build_pmu(link) })
 }
 
 /// Writes the model's charges into the device's counters of one domain.
@@ -325,41 +291,13 @@ impl Sink for Counters<'_> {
     }
 }
 
-/// This thread is the counts' only writer: a load and a store, not a locked add (three of
-/// those were half of the access callback's time). The device's reads stay atomic.
-fn add(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
-
 /// A load or store; `user` (non-null) when the instruction runs at CPL 3.
 unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr: u64, user: *mut c_void) {
     let Some(m) = model() else { return };
-    // SAFETY: info is this callback's argument.
-    let (store, shift) = unsafe { (qemu_plugin_mem_is_store(info), qemu_plugin_mem_size_shift(info)) };
-    let u = usize::from(!user.is_null());
-    let recent = m.recent.get(vcpu as usize).and_then(Option::as_ref);
-    let vline = vaddr >> m.line_shift;
-    let one_line = vaddr.wrapping_add((1u64 << shift.min(6)) - 1) >> m.line_shift == vline;
-    if let Some(r) = recent.filter(|_| one_line) {
-        let last = r.0.load(Ordering::Relaxed);
-        if last != NONE && last >> 1 == vline && (!store || last & 1 == 1) {
-            if let Some((_, v)) = pmu_of(vcpu) {
-                add(&v.lookups[u], 1);
-            }
-            return;
-        }
-    }
     let Some((cache, rmid, cbm, mut sink)) = vcpu_state(m, vcpu) else { return };
-    let Some((addr, size)) = ram_access(info, vaddr) else {
-        recent.inspect(|r| r.forget());
-        return;
-    };
-    if let Some(r) = recent {
-        // The line stays resident unless the class may fill no way of this cache (nothing is
-        // kept then: the next access misses again).
-        let kept = one_line && cache.with(|c| c.allocates(cbm));
-        r.0.store(if kept { vline << 1 | u64::from(store) } else { NONE }, Ordering::Relaxed);
-    }
+    let Some((addr, size)) = ram_access(info, vaddr) else { return };
+    // SAFETY: info is this callback's argument.
+    let store = unsafe { qemu_plugin_mem_is_store(info) };
     let Some((_, v)) = pmu_of(vcpu) else {
         return cache.with(|c| c.access(addr, size, store, rmid, cbm, &mut sink));
     };
@@ -372,16 +310,13 @@ unsafe extern "C" fn on_access(vcpu: c_uint, info: qemu_plugin_meminfo_t, vaddr:
             n.line(hit, c.access_line(line, store, rmid, cbm, &mut sink));
         }
     });
+    let u = usize::from(!user.is_null());
+    // This thread is the counts' only writer: a load and a store, not a locked add (three of
+    // those were half of this callback's time). The device's reads stay atomic.
+    let add = |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     add(&v.lookups[u], n.lookups);
     add(&v.refs[u], n.references);
     add(&v.misses[u], n.misses);
-}
-
-/// This vCPU's last line is no longer known to be resident and as it was (see [`Recent`]).
-fn forget_recent(m: &Model, vcpu: c_uint) {
-    if let Some(Some(r)) = m.recent.get(vcpu as usize) {
-        r.forget();
-    }
 }
 
 /// The private cache of `vcpu`, when there is a PMU: run on that vCPU's thread only.
@@ -435,7 +370,6 @@ unsafe extern "C" fn on_nt_store(vcpu: c_uint, info: qemu_plugin_meminfo_t, vadd
         // SAFETY: the same arguments, passed on within the callback.
         return unsafe { on_access(vcpu, info, vaddr, user) };
     }
-    forget_recent(m, vcpu);
     let Some((cache, rmid, _, mut sink)) = vcpu_state(m, vcpu) else { return };
     let Some((addr, size)) = ram_access(info, vaddr) else { return };
     cache.with(|c| {
@@ -529,7 +463,6 @@ unsafe extern "C" fn on_flush(vcpu: c_uint, site: *mut c_void) {
     let (Some(m), Some(Some(regs))) = (model(), REGISTERS.get()) else { return };
     // SAFETY: site is the FlushSite leaked for this instruction at its translation.
     let site = unsafe { &*site.cast::<FlushSite>() };
-    forget_recent(m, vcpu);
     let Some((cache, _, _, mut sink)) = vcpu_state(m, vcpu) else { return };
     let va = site.at.address(
         |r| read_register(regs.0[usize::from(r) & 15]),
@@ -552,7 +485,6 @@ unsafe extern "C" fn on_flush(vcpu: c_uint, site: *mut c_void) {
 /// WBINVD (userdata 1) or INVD (0): the vCPU's own domain.
 unsafe extern "C" fn on_flush_all(vcpu: c_uint, write_back: *mut c_void) {
     let Some(m) = model() else { return };
-    forget_recent(m, vcpu);
     let Some((cache, _, _, mut sink)) = vcpu_state(m, vcpu) else { return };
     with_private(vcpu, Private::clear);
     cache.with(|c| c.flush_all(!write_back.is_null(), &mut sink));

@@ -126,13 +126,6 @@ impl Llc {
         }
     }
 
-    /// Whether a miss by a class with mask `cbm` fills a line (a mask of no way of this cache
-    /// fills none).
-    pub fn allocates(&self, cbm: u64) -> bool {
-        let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
-        cbm & all != 0
-    }
-
     /// One line of an access (a line address, as [`Llc::lines`] gives them): true when it hit.
     pub fn access_line(&mut self, line: u64, store: bool, rmid: u16, cbm: u64, sink: &mut impl Sink) -> bool {
         let all = if self.ways >= 64 { u64::MAX } else { (1u64 << self.ways) - 1 };
