@@ -441,19 +441,7 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
     let shed_allowed = matches!(cause, Cause::Abandoned { shed: true, .. });
     let mut shed = 0u64;
     loop {
-        let footer = footer_of(&kept, partial)?;
-        // A damaged magic at the start is restored: readers that check it would refuse the file.
-        let write = |data: &mut File| -> std::io::Result<()> {
-            let mut magic = [0u8; 4];
-            data.read_exact_at(&mut magic, 0)?;
-            if &magic != b"PAR1" {
-                data.write_all_at(b"PAR1", 0)?;
-            }
-            data.seek(SeekFrom::Start(len))?;
-            data.write_all(&footer)?;
-            data.sync_all()
-        };
-        match write(&mut data) {
+        match write_footer(&mut data, len, &footer_of(&kept, partial)?) {
             Ok(()) => break,
             Err(e) if shed_allowed && kept.len() > 1 && e.raw_os_error() == Some(libc::ENOSPC) => {
                 // The last row group goes: its bytes (and the footer's part written) make room.
@@ -476,6 +464,19 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
     sync_dir(parent(partial))?;
     let _ = fs::remove_file(&jpath);
     Ok(Recovery::Recovered { path: done, rows, row_groups, lost, shed })
+}
+
+/// Append `footer` to `data` at `len` and sync. A damaged magic at the start is restored:
+/// readers that check it would refuse the file.
+fn write_footer(data: &mut File, len: u64, footer: &[u8]) -> std::io::Result<()> {
+    let mut magic = [0u8; 4];
+    data.read_exact_at(&mut magic, 0)?;
+    if &magic != b"PAR1" {
+        data.write_all_at(b"PAR1", 0)?;
+    }
+    data.seek(SeekFrom::Start(len))?;
+    data.write_all(footer)?;
+    data.sync_all()
 }
 
 /// The footer of a file holding the row groups `kept` (one per journal entry, in order).
