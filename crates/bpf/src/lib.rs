@@ -3,10 +3,11 @@
 //! `src/bpf/attrib.bpf.c` runs at every context switch and at ticks of one slot length on
 //! the CPUs that run a followed cgroup's task ([`Ticks`]): it reads this CPU's counters,
 //! charges the delta to the running task's cgroup id in the current time slot, and
-//! accumulates in a per-CPU hash keyed by (slot, cgroup id).
-//! [`Attribution::drain`] empties that hash in batches (two or three syscalls, however many
-//! context switches happened) and hands out each slot once it is complete. Counts that could
-//! not be charged are counted in [`BpfStats`].
+//! accumulates per CPU and slot in a ring of records user space maps (up to six cgroups a
+//! record), or where a record is full or still unread, in a per-CPU hash keyed by (slot,
+//! cgroup id). [`Attribution::drain`] reads the ring without a syscall, empties the hash in
+//! batches only when something went there, and hands out each slot once it is complete.
+//! Counts that could not be charged are counted in [`BpfStats`].
 
 mod skel {
     #![allow(
@@ -93,6 +94,9 @@ pub struct BpfStats {
     /// First reads per CPU and event (counts before them are not attributed).
     pub baselines: u64,
     pub charges: u64,
+    /// Charges that went to the hash rather than the slot ring: their CPU's record of the
+    /// slot held other cgroups already, or was not read yet (user space fell behind).
+    pub hash_charges: u64,
     /// Time spent in tick timer callbacks, which the kernel's per-program run time
     /// (`kernel.bpf_stats_enabled`) does not count, and how many ran.
     pub timer_ns: u64,
@@ -161,11 +165,101 @@ struct Key {
 /// Values are per CPU, each rounded up to 8 bytes (slot_val is 56 bytes already).
 const VAL_SIZE: usize = 56;
 
+/// The slot ring's shape (attrib.bpf.c): records per CPU, cgroups per record, and a record's
+/// bytes (`slot`, `n`, then per cgroup its id and a slot_val).
+const RING_SLOTS: u64 = 256;
+const RING_CG: usize = 6;
+const RING_REC: usize = 16 + RING_CG * (8 + VAL_SIZE);
+
+/// The slot ring, mapped from the kernel: per CPU, the sums of the last [`RING_SLOTS`] slots
+/// by cgroup, read here without a system call (attrib.bpf.c says how records are reused).
+struct Ring {
+    base: std::ptr::NonNull<u8>,
+    len: usize,
+    cpus: usize,
+    /// Every record of a slot below this one is read.
+    next: u64,
+    /// The control record's count of charges that went to the hash, when last looked at, and
+    /// whether the hash held anything then: the hash is emptied only when either says so.
+    spills: u64,
+    hash_held: bool,
+}
+
+// SAFETY: the mapping is owned by the Ring (unmapped in Drop) and only touched through
+// `&self`/`&mut self` of the Attribution that owns it; the kernel side writes it concurrently
+// whatever thread reads it.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Map `map` (the program's `ring`, `cpus` × RING_SLOTS records and the control record).
+    fn map(map: &MapHandle, cpus: usize) -> Result<Ring, BpfError> {
+        // SAFETY: sysconf has no memory effects.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = (cpus * RING_SLOTS as usize + 1) * RING_REC;
+        let len = len.div_ceil(page) * page;
+        // SAFETY: a shared mapping of an mmapable array map's descriptor, `len` within its
+        // size (the kernel refuses more); the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(BpfError::Io { what: "mapping the slot ring".into(), error: std::io::Error::last_os_error() });
+        }
+        let base = std::ptr::NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| BpfError::Config("the slot ring was mapped at address 0".into()))?;
+        Ok(Ring { base, len, cpus, next: 0, spills: 0, hash_held: true })
+    }
+
+    /// Word `w` of record `rec`.
+    fn word(&self, rec: usize, w: usize) -> u64 {
+        debug_assert!((rec + 1) * RING_REC <= self.len && w * 8 < RING_REC);
+        // SAFETY: within the mapping (records are 8-byte aligned, 400 bytes each, and the
+        // mapping holds cpus × RING_SLOTS + 1 of them); volatile, as the kernel writes it.
+        unsafe { std::ptr::read_volatile(self.base.as_ptr().add(rec * RING_REC + w * 8).cast::<u64>()) }
+    }
+
+    fn control(&self) -> usize {
+        self.cpus * RING_SLOTS as usize
+    }
+
+    /// Charges that went to the hash since start.
+    fn spills(&self) -> u64 {
+        self.word(self.control(), 1)
+    }
+
+    /// Let the program reuse the records of slots below `slot`.
+    fn read_below(&mut self, slot: u64) {
+        self.next = slot;
+        // SAFETY: the control record's first word, within the mapping; volatile, as the
+        // kernel reads it concurrently (a torn value cannot occur for an aligned u64 store).
+        unsafe {
+            std::ptr::write_volatile(self.base.as_ptr().add(self.control() * RING_REC).cast::<u64>(), slot);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in Ring::map, used by nothing after this.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 pub struct Attribution {
     nev: usize,
     slot_ns: u64,
     ncpus: usize,
     acc: MapHandle,
+    ring: Ring,
     stats: MapHandle,
     /// The PERF_EVENT_ARRAYs: the kernel drops their entries when the map file they were
     /// added through is closed, so a descriptor of that same file is kept; and the tick
@@ -243,10 +337,12 @@ impl Attribution {
         let load = |obj, mode: Load| -> Result<skel::AttribSkel<'_>, BpfError> {
             let mut open = skel::AttribSkelBuilder::default().open(obj).map_err(lb("opening the BPF object"))?;
             open.maps.acc.set_max_entries(capacity.max(64)).map_err(lb("sizing the slot map"))?;
+            open.maps.ring.set_max_entries(ncpus as u32 * RING_SLOTS as u32 + 1).map_err(lb("sizing the slot ring"))?;
             open.maps.ticks.set_max_entries(ncpus as u32).map_err(lb("sizing the tick timers"))?;
             if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
                 ro.slot_ns = slot_ns;
                 ro.nev = events.len() as u32;
+                ro.ring_cpus = ncpus as u32;
             }
             let followed = !matches!(mode, Load::EveryCpu);
             open.progs.on_switch.set_autoload(!followed);
@@ -334,6 +430,7 @@ impl Attribution {
             keep.push(MapHandle::try_from(a).map_err(lb("event array"))?);
         }
         let acc = MapHandle::try_from(&loaded.maps.acc).map_err(lb("acc map"))?;
+        let ring = Ring::map(&MapHandle::try_from(&loaded.maps.ring).map_err(lb("slot ring"))?, ncpus)?;
         let stats = MapHandle::try_from(&loaded.maps.stats).map_err(lb("stats map"))?;
         let followed = MapHandle::try_from(&loaded.maps.followed).map_err(lb("followed map"))?;
         let quiet = MapHandle::try_from(&loaded.maps.quiet).map_err(lb("quiet map"))?;
@@ -349,6 +446,7 @@ impl Attribution {
             slot_ns,
             ncpus,
             acc,
+            ring,
             stats,
             _arrays: keep,
             _links: links,
@@ -454,7 +552,7 @@ impl Attribution {
     /// in `stalls.rs` reading 566 rows of 0 for a loop that ran).
     pub fn drain(&mut self) -> Result<Vec<SlotRow>, BpfError> {
         let complete_below = self.current_slot().saturating_sub(1);
-        self.collect()?;
+        self.collect(complete_below)?;
         self.drained_below = self.drained_below.max(complete_below);
         let later = self.pending.split_off(&(complete_below, 0, 0));
         let done = std::mem::replace(&mut self.pending, later);
@@ -469,7 +567,7 @@ impl Attribution {
 
     /// Everything accumulated so far, complete or not (at shutdown).
     pub fn drain_all(&mut self) -> Result<Vec<SlotRow>, BpfError> {
-        self.collect()?;
+        self.collect(self.current_slot() + 1)?;
         Ok(std::mem::take(&mut self.pending).into_values().collect())
     }
 
@@ -485,8 +583,80 @@ impl Attribution {
         &self.cpu_totals
     }
 
-    fn collect(&mut self) -> Result<(), BpfError> {
-        let (keys, vals) = (&mut self.keys, &mut self.vals);
+    /// Sum `vals` (the events, then switches and multiplexed charges) of `cgid` in `slot`,
+    /// counted on `cpu`, into the pending rows.
+    fn add(&mut self, slot: u64, cgid: u64, cpu: usize, vals: impl Fn(usize) -> u64) {
+        self.newest = self.newest.max(slot);
+        if (0..MAX_EVENTS + 2).all(|j| vals(j) == 0) {
+            return;
+        }
+        let domain = self.cpu_domain.get(cpu).copied().unwrap_or(0);
+        let nev = self.nev;
+        let row = self.pending.entry((slot, cgid, domain)).or_insert_with(|| SlotRow {
+            slot,
+            cgroup_id: cgid,
+            domain,
+            values: vec![0; nev],
+            switches: 0,
+            multiplexed: 0,
+        });
+        for (e, v) in row.values.iter_mut().enumerate() {
+            *v += vals(e);
+        }
+        if let Some(t) = self.cpu_totals.get_mut(cpu) {
+            *t += vals(0);
+        }
+        row.switches += vals(MAX_EVENTS);
+        row.multiplexed += vals(MAX_EVENTS + 1);
+    }
+
+    /// Everything below slot `below` from the ring, and whatever went to the hash.
+    fn collect(&mut self, below: u64) -> Result<(), BpfError> {
+        // The count first: a charge that goes to the hash after it is read is in the hash
+        // before the count moves again, and the next drain empties it.
+        let spills = self.ring.spills();
+        let from = self.ring.next.max(below.saturating_sub(RING_SLOTS));
+        for cpu in 0..self.ring.cpus {
+            for s in from..below {
+                let rec = cpu * RING_SLOTS as usize + (s % RING_SLOTS) as usize;
+                // A record holds the slot of its index that was charged last; one older than
+                // `from` but unread (the program kept it and used the hash) is read too.
+                let slot = self.ring.word(rec, 0);
+                let n = self.ring.word(rec, 1).min(RING_CG as u64) as usize;
+                if slot < self.ring.next || slot >= below || n == 0 {
+                    continue;
+                }
+                for j in 0..n {
+                    let at = 2 + j * (1 + VAL_SIZE / 8);
+                    let cgid = self.ring.word(rec, at);
+                    let mut vals = [0u64; MAX_EVENTS + 2];
+                    for (w, v) in vals.iter_mut().enumerate() {
+                        *v = self.ring.word(rec, at + 1 + w);
+                    }
+                    self.add(slot, cgid, cpu, |w| vals[w]);
+                }
+            }
+        }
+        self.ring.read_below(below);
+        if spills != self.ring.spills || self.ring.hash_held {
+            self.ring.spills = spills;
+            self.ring.hash_held = self.collect_hash()? > 0;
+        }
+        Ok(())
+    }
+
+    /// Empty the hash (batched lookup-and-delete): how many entries it held.
+    fn collect_hash(&mut self) -> Result<usize, BpfError> {
+        let mut held = 0;
+        let mut keys = std::mem::take(&mut self.keys);
+        let mut vals = std::mem::take(&mut self.vals);
+        let r = self.collect_hash_into(&mut keys, &mut vals, &mut held);
+        self.keys = keys;
+        self.vals = vals;
+        r.map(|()| held)
+    }
+
+    fn collect_hash_into(&mut self, keys: &mut [Key], vals: &mut [u8], held: &mut usize) -> Result<(), BpfError> {
         let mut token = [0u64; 2];
         let mut first = true;
         loop {
@@ -511,6 +681,7 @@ impl Attribution {
                 )
             };
             let errno = if rc < 0 { std::io::Error::last_os_error().raw_os_error() } else { None };
+            *held += count as usize;
             for (i, k) in keys.iter().take(count as usize).copied().enumerate() {
                 self.newest = self.newest.max(k.slot);
                 for cpu in 0..self.ncpus {
@@ -520,24 +691,7 @@ impl Attribution {
                         b.copy_from_slice(&vals[base + j * 8..base + j * 8 + 8]);
                         u64::from_ne_bytes(b)
                     };
-                    if (0..MAX_EVENTS + 2).all(|j| w(j) == 0) {
-                        continue;
-                    }
-                    let domain = self.cpu_domain.get(cpu).copied().unwrap_or(0);
-                    let row = self.pending.entry((k.slot, k.cgid, domain)).or_insert_with(|| SlotRow {
-                        slot: k.slot,
-                        cgroup_id: k.cgid,
-                        domain,
-                        values: vec![0; self.nev],
-                        switches: 0,
-                        multiplexed: 0,
-                    });
-                    for (e, v) in row.values.iter_mut().enumerate() {
-                        *v += w(e);
-                    }
-                    self.cpu_totals[cpu] += w(0);
-                    row.switches += w(MAX_EVENTS);
-                    row.multiplexed += w(MAX_EVENTS + 1);
+                    self.add(k.slot, k.cgid, cpu, w);
                 }
             }
             match (rc, errno) {
@@ -601,6 +755,7 @@ impl Attribution {
             lost_counts: get(2)?,
             baselines: get(3)?,
             charges: get(4)?,
+            hash_charges: self.ring.spills(),
             timer_ns: get(7)?,
             timer_runs: get(8)?,
             timer_failures: get(9)?,

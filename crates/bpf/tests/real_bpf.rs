@@ -475,3 +475,78 @@ fn a_task_moved_while_it_runs_is_charged_to_its_new_cgroup() {
     println!("moved while running: charged {charged} ns to its new cgroup, cpu.stat {ran} ns there");
     assert!(charged as f64 >= 0.9 * ran as f64, "charged {charged} ns of the {ran} ns it ran in its new cgroup");
 }
+
+/// The slot ring holds six cgroups per CPU and slot, and 256 slots per CPU until read. A
+/// reader away for 600 ms finds a CPU's records still unread when its charges come back to
+/// them; those go to the hash (as do a slot's charges beyond six cgroups: eight sleepers
+/// trading one CPU, the count printed), and per CPU everything is still charged once.
+#[test]
+fn charges_the_ring_cannot_hold_go_to_the_hash_and_are_counted_once() {
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut sb) = setup("ring") else { return };
+    if Command::new("python3").arg("-c").arg("pass").status().map_or(true, |s| !s.success()) {
+        cachescope_testkit::skip("needs python3 (the cgroups' sleepers)");
+        return;
+    }
+    let (ev, _) = event();
+    let cpus = cpus();
+    let Some(mut attr) = followed_attribution(ev, &cpus) else { return };
+    let mut per_cpu: Vec<CounterGroup> =
+        cpus.iter().map(|&c| CounterGroup::open(&Target::Cpu(c), &[ev]).unwrap()).collect();
+    let (_, start) = drain_bracketed(&mut attr, &mut per_cpu, &cpus);
+    let base_totals = attr.cpu_totals().to_vec();
+    let hash0 = attr.stats().unwrap().hash_charges;
+    let first = cpus[0].to_string();
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let name = format!("s{i}");
+        let dir = sb.add(&name).unwrap();
+        ids.push(std::fs::metadata(&dir).unwrap().ino());
+        attr.follow(*ids.last().unwrap()).unwrap();
+        let sleeper = "import time\nwhile True: time.sleep(0.0001)";
+        sb.spawn(&name, cmd(&["taskset", "-c", &first, "python3", "-c", sleeper])).unwrap();
+    }
+    // Drained as the collector does for a while, then not at all for 600 ms.
+    let mut rows = Vec::new();
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(20));
+        rows.extend(attr.drain().unwrap());
+    }
+    let mid = attr.stats().unwrap().hash_charges;
+    std::thread::sleep(Duration::from_millis(600));
+    let (rest, end) = drain_bracketed(&mut attr, &mut per_cpu, &cpus);
+    rows.extend(rest);
+    let st = attr.stats().unwrap();
+    let charged: u64 = rows.iter().filter(|r| ids.contains(&r.cgroup_id)).map(|r| r.values[0]).sum();
+    let busiest = rows
+        .iter()
+        .filter(|r| ids.contains(&r.cgroup_id))
+        .fold(BTreeMap::<(u64, u32), u64>::new(), |mut m, r| {
+            *m.entry((r.slot, r.domain)).or_default() += 1;
+            m
+        })
+        .into_values()
+        .max()
+        .unwrap_or(0);
+    println!(
+        "the sleepers: {charged} charged, at most {busiest} of them in one slot; charges to the hash: {} while \
+         drained, {} in all; stats {st:?}",
+        mid - hash0,
+        st.hash_charges - hash0
+    );
+    assert!(charged > 0, "the sleepers were charged");
+    assert!(
+        st.hash_charges > mid,
+        "a reader away for 600 ms: the CPU's records were not free, charges went to the hash"
+    );
+    for (i, &cpu) in cpus.iter().enumerate() {
+        let charged = attr.cpu_totals()[cpu] - base_totals[cpu];
+        let (least, most) = (end[i][0] - start[i][1], end[i][1] - start[i][0]);
+        println!("CPU {cpu}: charged {charged}, counted {least}..{most}");
+        assert!(
+            charged as f64 >= least as f64 * 0.99 - st.lost_counts as f64 && charged as f64 <= most as f64 * 1.01,
+            "CPU {cpu}: charged {charged} vs {least}..{most} counted"
+        );
+    }
+    assert_eq!(st.read_failures, 0);
+}

@@ -5,10 +5,11 @@
 // ticks (so a task that never switches is still split at slot boundaries) the program reads
 // this CPU's counters (bpf_perf_event_read_value on PERF_EVENT_ARRAY maps), takes the delta
 // since the previous read on this CPU, scales it if the PMU multiplexed, and adds it to
-// (slot, cgroup id) in a per-CPU hash. The idle task is charged to cgroup id 0. Userspace
-// drains completed slots in batches: no event per context switch crosses to userspace. What
-// cannot be charged (hash full, counter unreadable) is counted in `stats`, never silently
-// dropped.
+// (slot, cgroup id) in this CPU's record of the slot in `ring`, which user space reads through
+// mmap; where that record is full or not read yet, in a per-CPU hash (`acc`), which user
+// space empties with batched syscalls. The idle task is charged to cgroup id 0. No event per
+// context switch crosses to userspace. What cannot be charged (hash full, counter
+// unreadable) is counted in `stats`, never silently dropped.
 //
 // Every delta belongs to `current` whenever it is read, because every switch is hooked; the
 // ticks only decide where slots are split. Two tick modes:
@@ -119,6 +120,37 @@ struct {
 	__type(value, struct slot_val);
 } acc SEC(".maps");
 
+// The slot ring: where charges go first. Per CPU, RING_SLOTS records, the one of slot s at
+// cpu * RING_SLOTS + s % RING_SLOTS, each holding up to RING_CG cgroups' sums for its slot.
+// User space reads it through mmap, without a system call and without deleting anything:
+// emptying a per-CPU hash cost about 400 ns of kernel time per (slot, cgroup) entry, the
+// largest fixed part of a quiet run's CPU (docs/cost.md). A record is reused for a later slot
+// once user space has read past its slot (the control record's `slot`); a charge that finds
+// its record unread, or full, goes to `acc` as before, which user space then empties too.
+// The control record, at index ncpus * RING_SLOTS: `slot` is the slot user space has read
+// every record below; `n` counts charges that went to `acc` (so user space knows to empty it).
+#define RING_SLOTS 256
+#define RING_CG 6
+
+struct ring_cg {
+	__u64 cgid;
+	struct slot_val s;
+};
+
+struct ring_slot {
+	__u64 slot;
+	__u64 n;
+	struct ring_cg e[RING_CG];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* ncpus * RING_SLOTS + 1, set by user space */
+	__type(key, __u32);
+	__type(value, struct ring_slot);
+} ring SEC(".maps");
+
 // 0: charges lost (hash full), 1: counter reads failed, 2: counts of event 0 lost,
 // 3: baselines taken (first read of an event on a CPU), 4: charges made,
 // 5: the first slot a charge was lost in since user space last cleared it, 6: the last one,
@@ -191,6 +223,8 @@ struct {
 
 const volatile __u64 slot_ns = 1000000;
 const volatile __u32 nev = 1;
+// CPUs the ring has records for (0: no ring, every charge goes to `acc`).
+const volatile __u32 ring_cpus = 0;
 // Set once the kernel refused BPF_F_TIMER_CPU_PIN (before 6.7): then timers are started
 // unpinned, which keeps them on this CPU because it is never idle when one is started.
 __u32 no_pin;
@@ -213,6 +247,49 @@ static __always_inline void mark_lost(__u64 slot)
 	p = bpf_map_lookup_elem(&stats, &i);
 	if (p && *p < slot)
 		*p = slot;
+}
+
+// The sums of `k` in this CPU's ring record for its slot, made room for; NULL when the record
+// still holds an unread slot or RING_CG other cgroups.
+static __always_inline struct slot_val *ring_entry(struct slot_key *k)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	if (cpu >= ring_cpus)
+		return NULL;
+	__u32 i = cpu * RING_SLOTS + (__u32)(k->slot % RING_SLOTS);
+	struct ring_slot *r = bpf_map_lookup_elem(&ring, &i);
+	if (!r)
+		return NULL;
+	if (r->slot != k->slot) {
+		__u32 c = ring_cpus * RING_SLOTS;
+		struct ring_slot *ctl = bpf_map_lookup_elem(&ring, &c);
+		if (r->n && (!ctl || r->slot >= ctl->slot))
+			return NULL;
+		r->slot = k->slot;
+		r->n = 0;
+	}
+	__u64 n = r->n;
+	for (int j = 0; j < RING_CG; j++) {
+		if (j < n) {
+			if (r->e[j].cgid == k->cgid)
+				return &r->e[j].s;
+			continue;
+		}
+		r->e[j].cgid = k->cgid;
+		__builtin_memset(&r->e[j].s, 0, sizeof(r->e[j].s));
+		r->n = j + 1;
+		return &r->e[j].s;
+	}
+	return NULL;
+}
+
+// A charge went to `acc`: user space empties it at its next drain.
+static __always_inline void spilled(void)
+{
+	__u32 c = ring_cpus * RING_SLOTS;
+	struct ring_slot *ctl = bpf_map_lookup_elem(&ring, &c);
+	if (ctl)
+		__sync_fetch_and_add(&ctl->n, 1);
 }
 
 #define READ(I, MAP)                                                                  \
@@ -255,7 +332,10 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 		.cgid = bpf_get_current_pid_tgid() == 0 ? 0 : bpf_get_current_cgroup_id(),
 	};
 	st->read_slot = k.slot;
-	struct slot_val *a = bpf_map_lookup_elem(&acc, &k);
+	struct slot_val *a = ring_entry(&k);
+	int in_ring = a != NULL;
+	if (!a)
+		a = bpf_map_lookup_elem(&acc, &k);
 	if (!a) {
 		struct slot_val z = {};
 		bpf_map_update_elem(&acc, &k, &z, BPF_NOEXIST);
@@ -274,6 +354,9 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 	a->v[4] += d[4];
 	a->switches += is_switch;
 	a->multiplexed += mux;
+	// After the sums: the count tells user space to empty `acc` once they are there.
+	if (!in_ring)
+		spilled();
 	bump(4, 1);
 	return k.cgid;
 }
