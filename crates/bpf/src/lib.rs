@@ -234,6 +234,11 @@ impl Ring {
         self.word(self.control(), 1)
     }
 
+    /// Charges lost since start (the hash was full too).
+    fn lost(&self) -> u64 {
+        self.word(self.control(), 2)
+    }
+
     /// Let the program reuse the records of slots below `slot`.
     fn read_below(&mut self, slot: u64) {
         self.next = slot;
@@ -726,10 +731,10 @@ impl Attribution {
         Ok(last.filter(|&l| l > 0).map(|l| (first.unwrap_or(self.newest).min(l), l)))
     }
 
-    /// Charges dropped because the map was full, since start (one lookup: cheap enough for
-    /// every drain).
+    /// Charges dropped because the map was full, since start (read from the mapped ring's
+    /// control record: no system call, at every drain).
     pub fn lost_charges(&self) -> Result<u64, BpfError> {
-        self.stat(0)
+        Ok(self.ring.lost())
     }
 
     fn stat(&self, i: u32) -> Result<u64, BpfError> {
@@ -750,7 +755,7 @@ impl Attribution {
     pub fn stats(&self) -> Result<BpfStats, BpfError> {
         let get = |i: u32| self.stat(i);
         Ok(BpfStats {
-            lost_charges: get(0)?,
+            lost_charges: self.ring.lost(),
             read_failures: get(1)?,
             lost_counts: get(2)?,
             baselines: get(3)?,

@@ -127,8 +127,9 @@ struct {
 // largest fixed part of a quiet run's CPU (docs/cost.md). A record is reused for a later slot
 // once user space has read past its slot (the control record's `slot`); a charge that finds
 // its record unread, or full, goes to `acc` as before, which user space then empties too.
-// The control record, at index ncpus * RING_SLOTS: `slot` is the slot user space has read
-// every record below; `n` counts charges that went to `acc` (so user space knows to empty it).
+// The control record, at index ncpus * RING_SLOTS, is a `struct ring_ctl`: the slot user space
+// has read every record below, the charges that went to `acc` (so user space knows to empty
+// it) and those lost (so it knows to look at `stats`): read without a system call too.
 #define RING_SLOTS 256
 #define RING_CG 6
 
@@ -141,6 +142,12 @@ struct ring_slot {
 	__u64 slot;
 	__u64 n;
 	struct ring_cg e[RING_CG];
+};
+
+struct ring_ctl {
+	__u64 read_below;
+	__u64 spills;
+	__u64 lost;
 };
 
 struct {
@@ -249,6 +256,12 @@ static __always_inline void mark_lost(__u64 slot)
 		*p = slot;
 }
 
+static __always_inline struct ring_ctl *ring_control(void)
+{
+	__u32 c = ring_cpus * RING_SLOTS;
+	return (struct ring_ctl *)bpf_map_lookup_elem(&ring, &c);
+}
+
 // The sums of `k` in this CPU's ring record for its slot, made room for; NULL when the record
 // still holds an unread slot or RING_CG other cgroups.
 static __always_inline struct slot_val *ring_entry(struct slot_key *k)
@@ -261,9 +274,8 @@ static __always_inline struct slot_val *ring_entry(struct slot_key *k)
 	if (!r)
 		return NULL;
 	if (r->slot != k->slot) {
-		__u32 c = ring_cpus * RING_SLOTS;
-		struct ring_slot *ctl = bpf_map_lookup_elem(&ring, &c);
-		if (r->n && (!ctl || r->slot >= ctl->slot))
+		struct ring_ctl *ctl = ring_control();
+		if (r->n && (!ctl || r->slot >= ctl->read_below))
 			return NULL;
 		r->slot = k->slot;
 		r->n = 0;
@@ -286,10 +298,9 @@ static __always_inline struct slot_val *ring_entry(struct slot_key *k)
 // A charge went to `acc`: user space empties it at its next drain.
 static __always_inline void spilled(void)
 {
-	__u32 c = ring_cpus * RING_SLOTS;
-	struct ring_slot *ctl = bpf_map_lookup_elem(&ring, &c);
+	struct ring_ctl *ctl = ring_control();
 	if (ctl)
-		__sync_fetch_and_add(&ctl->n, 1);
+		__sync_fetch_and_add(&ctl->spills, 1);
 }
 
 #define READ(I, MAP)                                                                  \
@@ -341,6 +352,9 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 		bpf_map_update_elem(&acc, &k, &z, BPF_NOEXIST);
 		a = bpf_map_lookup_elem(&acc, &k);
 		if (!a) {
+			struct ring_ctl *ctl = ring_control();
+			if (ctl)
+				__sync_fetch_and_add(&ctl->lost, 1);
 			bump(0, 1);
 			bump(2, d[0]);
 			mark_lost(k.slot);
