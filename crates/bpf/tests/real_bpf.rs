@@ -102,6 +102,28 @@ fn drain_bracketed(
     (rows, reads)
 }
 
+/// Per CPU, what was charged since `base_totals` (cgroups and idle) lies within the CPU's own
+/// count between the reads `start` and `end` of [`drain_bracketed`] (within 1 %, less what was
+/// lost for room, which is counted).
+fn charged_once_per_cpu(
+    attr: &Attribution,
+    cpus: &[usize],
+    base_totals: &[u64],
+    start: &[[u64; 2]],
+    end: &[[u64; 2]],
+    lost_counts: u64,
+) {
+    for (i, &cpu) in cpus.iter().enumerate() {
+        let charged = attr.cpu_totals()[cpu] - base_totals[cpu];
+        let (least, most) = (end[i][0] - start[i][1], end[i][1] - start[i][0]);
+        println!("CPU {cpu}: charged {charged}, counted {least}..{most}");
+        assert!(
+            charged as f64 >= least as f64 * 0.99 - lost_counts as f64 && charged as f64 <= most as f64 * 1.01,
+            "CPU {cpu}: charged {charged} vs {least}..{most} counted"
+        );
+    }
+}
+
 /// Attribution of `ev` on `cpus` at 1 ms slots, in the followed mode (ticks where followed
 /// tasks run, quiet switches); None, the test skipped and the reason said, where the kernel
 /// refuses BPF timers and the program falls back to ticks on every CPU.
@@ -226,15 +248,7 @@ fn attributes_busy_idle_and_late_cgroups_per_slot() {
     // Per CPU: everything charged (cgroups and idle) equals the CPU's own count, which is read
     // on each side of where the charges drained begin and end (within 1 %: a charge into a slot
     // being drained on another CPU can be missed; none was dropped for room, or it is counted).
-    for (i, &cpu) in cpus.iter().enumerate() {
-        let charged = attr.cpu_totals()[cpu] - base_totals[cpu];
-        let (least, most) = (end[i][0] - start[i][1], end[i][1] - start[i][0]);
-        println!("CPU {cpu}: charged {charged}, counted {least}..{most}");
-        assert!(
-            charged as f64 >= least as f64 * 0.99 - st.lost_counts as f64 && charged as f64 <= most as f64 * 1.01,
-            "CPU {cpu}: charged {charged} vs {least}..{most} counted"
-        );
-    }
+    charged_once_per_cpu(&attr, &cpus, &base_totals, &start, &end, st.lost_counts);
     // The map holds CAP_DRAIN slots of CAP_CGROUPS cgroups, twice over: it fills only where this
     // thread did not drain it for that long.
     if longest_gap < u64::from(CAP_DRAIN) {
@@ -539,14 +553,6 @@ fn charges_the_ring_cannot_hold_go_to_the_hash_and_are_counted_once() {
         st.hash_charges > mid,
         "a reader away for 600 ms: the CPU's records were not free, charges went to the hash"
     );
-    for (i, &cpu) in cpus.iter().enumerate() {
-        let charged = attr.cpu_totals()[cpu] - base_totals[cpu];
-        let (least, most) = (end[i][0] - start[i][1], end[i][1] - start[i][0]);
-        println!("CPU {cpu}: charged {charged}, counted {least}..{most}");
-        assert!(
-            charged as f64 >= least as f64 * 0.99 - st.lost_counts as f64 && charged as f64 <= most as f64 * 1.01,
-            "CPU {cpu}: charged {charged} vs {least}..{most} counted"
-        );
-    }
+    charged_once_per_cpu(&attr, &cpus, &base_totals, &start, &end, st.lost_counts);
     assert_eq!(st.read_failures, 0);
 }
