@@ -267,15 +267,18 @@ static __always_inline struct ring_ctl *ring_control(void)
 static __always_inline struct slot_val *ring_entry(struct slot_key *k)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
-	if (cpu >= ring_cpus)
+	struct ring_ctl *ctl = ring_control();
+	// A charge for a slot user space has read already (this CPU was held up, by the
+	// hypervisor say, between reading the clock and here) would be lost in the ring: the
+	// hash keeps it for the next drain. Checked last thing before the sums are added.
+	if (cpu >= ring_cpus || !ctl || k->slot < ctl->read_below)
 		return NULL;
 	__u32 i = cpu * RING_SLOTS + (__u32)(k->slot % RING_SLOTS);
 	struct ring_slot *r = bpf_map_lookup_elem(&ring, &i);
 	if (!r)
 		return NULL;
 	if (r->slot != k->slot) {
-		struct ring_ctl *ctl = ring_control();
-		if (r->n && (!ctl || r->slot >= ctl->read_below))
+		if (r->n && r->slot >= ctl->read_below)
 			return NULL;
 		r->slot = k->slot;
 		r->n = 0;
