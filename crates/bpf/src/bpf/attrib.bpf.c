@@ -125,7 +125,7 @@ struct {
 // User space reads it through mmap, without a system call and without deleting anything:
 // emptying a per-CPU hash cost about 400 ns of kernel time per (slot, cgroup) entry, the
 // largest fixed part of a quiet run's CPU (docs/cost.md). A record is reused for a later slot
-// once user space has read past its slot (the control record's `slot`); a charge that finds
+// once user space has read past its slot (the control record's `read_below`); a charge that finds
 // its record unread, or full, goes to `acc` as before, which user space then empties too.
 // The control record, at index ncpus * RING_SLOTS, is a `struct ring_ctl`: the slot user space
 // has read every record below, the charges that went to `acc` (so user space knows to empty
