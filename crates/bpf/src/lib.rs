@@ -177,8 +177,6 @@ struct Ring {
     base: std::ptr::NonNull<u8>,
     len: usize,
     cpus: usize,
-    /// Every record of a slot below this one is read.
-    next: u64,
     /// The control record's count of charges that went to the hash, when last looked at, and
     /// whether the hash held anything then: the hash is emptied only when either says so.
     spills: u64,
@@ -214,7 +212,7 @@ impl Ring {
         }
         let base = std::ptr::NonNull::new(p.cast::<u8>())
             .ok_or_else(|| BpfError::Config("the slot ring was mapped at address 0".into()))?;
-        Ok(Ring { base, len, cpus, next: 0, spills: 0, hash_held: true })
+        Ok(Ring { base, len, cpus, spills: 0, hash_held: true })
     }
 
     /// Word `w` of record `rec`.
@@ -229,6 +227,11 @@ impl Ring {
         self.cpus * RING_SLOTS as usize
     }
 
+    /// Every record of a slot below this one is read (the mark the program reads too).
+    fn next(&self) -> u64 {
+        self.word(self.control(), 0)
+    }
+
     /// Charges that went to the hash since start.
     fn spills(&self) -> u64 {
         self.word(self.control(), 1)
@@ -241,7 +244,6 @@ impl Ring {
 
     /// Let the program reuse the records of slots below `slot`.
     fn read_below(&mut self, slot: u64) {
-        self.next = slot;
         // SAFETY: the control record's first word, within the mapping; volatile, as the
         // kernel reads it concurrently (a torn value cannot occur for an aligned u64 store).
         unsafe {
@@ -620,7 +622,8 @@ impl Attribution {
         // The count first: a charge that goes to the hash after it is read is in the hash
         // before the count moves again, and the next drain empties it.
         let spills = self.ring.spills();
-        let from = self.ring.next.max(below.saturating_sub(RING_SLOTS));
+        let next = self.ring.next();
+        let from = next.max(below.saturating_sub(RING_SLOTS));
         for cpu in 0..self.ring.cpus {
             for s in from..below {
                 let rec = cpu * RING_SLOTS as usize + (s % RING_SLOTS) as usize;
@@ -628,7 +631,7 @@ impl Attribution {
                 // `from` but unread (the program kept it and used the hash) is read too.
                 let slot = self.ring.word(rec, 0);
                 let n = self.ring.word(rec, 1).min(RING_CG as u64) as usize;
-                if slot < self.ring.next || slot >= below || n == 0 {
+                if slot < next || slot >= below || n == 0 {
                     continue;
                 }
                 for j in 0..n {
@@ -652,16 +655,15 @@ impl Attribution {
 
     /// Empty the hash (batched lookup-and-delete): how many entries it held.
     fn collect_hash(&mut self) -> Result<usize, BpfError> {
-        let mut held = 0;
-        let mut keys = std::mem::take(&mut self.keys);
-        let mut vals = std::mem::take(&mut self.vals);
-        let r = self.collect_hash_into(&mut keys, &mut vals, &mut held);
-        self.keys = keys;
-        self.vals = vals;
-        r.map(|()| held)
+        // The batch buffers are lent out while `add` needs `self`.
+        let (mut keys, mut vals) = (std::mem::take(&mut self.keys), std::mem::take(&mut self.vals));
+        let held = self.collect_hash_into(&mut keys, &mut vals);
+        (self.keys, self.vals) = (keys, vals);
+        held
     }
 
-    fn collect_hash_into(&mut self, keys: &mut [Key], vals: &mut [u8], held: &mut usize) -> Result<(), BpfError> {
+    fn collect_hash_into(&mut self, keys: &mut [Key], vals: &mut [u8]) -> Result<usize, BpfError> {
+        let mut held = 0;
         let mut token = [0u64; 2];
         let mut first = true;
         loop {
@@ -686,7 +688,7 @@ impl Attribution {
                 )
             };
             let errno = if rc < 0 { std::io::Error::last_os_error().raw_os_error() } else { None };
-            *held += count as usize;
+            held += count as usize;
             for (i, k) in keys.iter().take(count as usize).copied().enumerate() {
                 self.newest = self.newest.max(k.slot);
                 for cpu in 0..self.ncpus {
@@ -713,7 +715,7 @@ impl Attribution {
                 }
             }
         }
-        Ok(())
+        Ok(held)
     }
 
     /// The slots charges were lost in since the last call (first, last), if any: the map

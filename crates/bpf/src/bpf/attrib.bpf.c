@@ -158,7 +158,7 @@ struct {
 	__type(value, struct ring_slot);
 } ring SEC(".maps");
 
-// 0: charges lost (hash full), 1: counter reads failed, 2: counts of event 0 lost,
+// 0: unused (charges lost are counted in the ring's control record), 1: counter reads failed, 2: counts of event 0 lost,
 // 3: baselines taken (first read of an event on a CPU), 4: charges made,
 // 5: the first slot a charge was lost in since user space last cleared it, 6: the last one,
 // 7: ns spent in timer callbacks (the kernel's run_time_ns does not count them),
@@ -358,7 +358,6 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 			struct ring_ctl *ctl = ring_control();
 			if (ctl)
 				__sync_fetch_and_add(&ctl->lost, 1);
-			bump(0, 1);
 			bump(2, d[0]);
 			mark_lost(k.slot);
 			return k.cgid;
