@@ -14,6 +14,9 @@ use std::time::Duration;
 /// (docs/data.md), and the longest an idle container's occupancy goes unread.
 pub const KEYFRAME: Duration = Duration::from_secs(1);
 
+/// The visit set's smallest kept capacity: below it a clear costs less than reallocating.
+const SEEN_KEPT: usize = 32;
+
 pub struct Quiet {
     interval: Duration,
     /// One bucket per interval of a keyframe period; each container sits in one.
@@ -82,7 +85,14 @@ impl Quiet {
     /// its containers' keyframes) and the uncounted containers.
     pub fn begin(&mut self, at: Duration) {
         self.visit.clear();
-        self.seen.clear();
+        // Clearing a hash set costs its capacity, not its length (every control byte is
+        // reset): after a burst (every container new at the start) it would stay that big
+        // and cost 2,500 instructions an interval at 1,000 containers. Kept near its use.
+        if self.seen.capacity() > 8 * self.seen.len().max(SEEN_KEPT) {
+            self.seen = FastSet::with_capacity_and_hasher(self.seen.len().max(SEEN_KEPT), Default::default());
+        } else {
+            self.seen.clear();
+        }
         let per = self.wheel.len() as u64;
         let now = (at.as_nanos() / self.interval.as_nanos().max(1)) as u64;
         let from = match self.last {
@@ -204,5 +214,33 @@ mod tests {
         q.begin(MS * 4);
         assert_eq!(visits(&q), ["c004"]);
         assert_eq!(q.followed(), 98);
+    }
+
+    #[test]
+    fn a_burst_does_not_leave_every_later_interval_clearing_its_size() {
+        let mut q = Quiet::new(MS);
+        let ids: Vec<Arc<str>> = (0..1000).map(|i| Arc::from(format!("c{i:04}"))).collect();
+        for id in &ids {
+            q.follow(id, true);
+        }
+        q.begin(MS);
+        for id in &ids {
+            q.add(id); // the first interval: every container is new
+        }
+        assert_eq!(q.visit().len(), 1000);
+        q.begin(MS * 2);
+        q.begin(MS * 3);
+        assert_eq!(visits(&q), ["c0003"]);
+        assert!(q.seen.capacity() <= 8 * SEEN_KEPT, "capacity {}", q.seen.capacity());
+        // A steady load keeps its capacity (no reallocation every interval).
+        for k in 4..40u32 {
+            q.begin(MS * k);
+            for id in &ids[..200] {
+                q.add(id);
+            }
+        }
+        let cap = q.seen.capacity();
+        q.begin(MS * 40);
+        assert_eq!(q.seen.capacity(), cap);
     }
 }
