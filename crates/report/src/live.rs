@@ -420,15 +420,17 @@ impl LiveFinder {
         // A steady line is inert only while the rules' thresholds are above 0.
         let inert =
             |d: i32, s: &Series| skip_steady && self.l3.get(&d).is_none_or(|b| *b > 0.0) && s.steady_over(start, end);
+        // Lines in id order; only the lines kept are sorted (a sort of a thousand idle
+        // containers' ids was half of a quiet pass).
+        let mut kept: Vec<(&String, i32, &Series)> = self
+            .series
+            .iter()
+            .flat_map(|(id, doms)| doms.iter().filter(|(d, s)| !inert(*d, s)).map(move |(d, s)| (id, *d, s)))
+            .collect();
+        kept.sort_by(|a, b| a.0.cmp(b.0));
         let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
-        let mut ids: Vec<&String> = self.series.keys().collect();
-        ids.sort();
-        for id in ids {
-            for (d, s) in &self.series[id] {
-                if !inert(*d, s) {
-                    by_domain.entry(*d).or_default().push(s.line(id, start, end));
-                }
-            }
+        for (id, d, s) in kept {
+            by_domain.entry(d).or_default().push(s.line(id, start, end));
         }
         Timeline {
             start_ns: start * BUCKET_NS,

@@ -29,6 +29,10 @@ pub struct RecordOptions {
     pub host: String,
     pub rotate_every: Duration,
     pub rotate_bytes: u64,
+    /// A row group is closed this often (wall time) or at `flush_rows` rows, whichever comes
+    /// first (the Parquet sink's defaults: 5 s, 65,536 rows).
+    pub flush_every: Duration,
+    pub flush_rows: usize,
     /// Bytes per occupancy unit (sets what the sparse filter counts as a change).
     pub upscale: u64,
     /// `cachescope.*` key-value pairs.
@@ -65,6 +69,8 @@ impl RecordOptions {
             host,
             rotate_every: Duration::from_secs(60),
             rotate_bytes: 256 << 20,
+            flush_every: Duration::from_secs(5),
+            flush_rows: 65_536,
             upscale: b.upscale,
             metadata,
             provenance: crate::parquet::Provenance::of(b.emulated.is_some()),
@@ -115,6 +121,7 @@ impl RecordSink {
         let mut p = ParquetOptions::new(o.dir.clone(), o.host);
         p.rotate_every = o.rotate_every;
         p.rotate_bytes = o.rotate_bytes;
+        (p.flush_every, p.flush_rows) = (o.flush_every, o.flush_rows.max(1));
         p.metadata = o.metadata;
         p.provenance = o.provenance;
         p.rotate_now = o.rotate_now;
