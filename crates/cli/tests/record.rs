@@ -493,7 +493,7 @@ fn host_drive_case(pmu: &str, source: &str) {
     // Starved, the perf path's counts at the window's two ends are split in proportion across
     // reads up to 300 ms apart: an error of up to a read's worth of CPU at each end whatever
     // the run's length (a CI run on a loaded host, 2 s long: 0.944 of the kernel's least, 110
-    // ms short). Six seconds keep that within check_cpu's 3 %.
+    // ms short); the lower bound below leaves that out.
     let duration = if pmu == "perf" { "6s" } else { "2s" };
     rec.args(["record", "--emulate", "intel-xeon-platinum-8160", "--containers", &format!("{base}/*")])
         .args(["--pmu", pmu, "--duration", duration, "--output"])
@@ -543,8 +543,13 @@ fn host_drive_case(pmu: &str, source: &str) {
         assert!(busy.iter().all(|r| r.cycles.is_none()), "uncounted cycles are null");
     }
     assert!(mbm > 0 && cpu > 0, "{mbm} bytes, {cpu} ns");
-    // That CPU time is what the kernel counted for the busy cgroup over the same window.
-    common::check_cpu("busy", cpu, window, &samples, 0, lost || err.contains("PMU counts incomplete"));
+    // That CPU time is what the kernel counted for the busy cgroup over the same window; on
+    // the starved perf path less a read's worth at each end (reads up to 300 ms apart, the
+    // stop cycle: a CI run, 6 s, read 0.893 of the kernel's count, 608 ms short, where the
+    // 3 % of a fixed bound allowed 175 ms).
+    let late = if pmu == "perf" { 300_000_000 } else { 0 };
+    let lost = lost || err.contains("PMU counts incomplete");
+    common::check_cpu_read_late("busy", cpu, window, &samples, 0, lost, late);
     // Hundreds of MB of fills into a few tens of MiB: full, never over. (Busy containers of
     // other tests, recognised host-wide by their runtime's name, may share it: the domain's
     // sum over every container is what fills.)

@@ -450,9 +450,30 @@ pub fn cpu_within(samples: &[CpuSample], i: usize, from_ns: i64, to_ns: i64) -> 
 /// kernel's (with the time no task was charged), no less unless the run said counts were lost
 /// (`lost`: the collector starved, a timing outcome, printed). The 3 % and 10 ms: cpu-clock is
 /// charged in 1 ms slots and at switches, the samples are 5 ms apart.
-pub fn check_cpu(what: &str, charged: i64, (from_ns, to_ns): (i64, i64), samples: &[CpuSample], i: usize, lost: bool) {
-    let (at_least, at_most) = cpu_within(samples, i, from_ns, to_ns)
-        .unwrap_or_else(|| panic!("{what}: the trace does not reach around the rows' window"));
+pub fn check_cpu(what: &str, charged: i64, window: (i64, i64), samples: &[CpuSample], i: usize, lost: bool) {
+    check_cpu_read_late(what, charged, window, samples, i, lost, 0);
+}
+
+/// [`check_cpu`] where the counters' reads can come up to `late_ns` apart (the perf path's
+/// recorder stopped by SIGSTOP): the CPU time at either end of the window is split across such
+/// a read in proportion, an error of up to a read's worth at each end, so the lower bound is the
+/// kernel's count over the window less `late_ns` at each end. The upper bound is unchanged.
+pub fn check_cpu_read_late(
+    what: &str,
+    charged: i64,
+    (from_ns, to_ns): (i64, i64),
+    samples: &[CpuSample],
+    i: usize,
+    lost: bool,
+    late_ns: i64,
+) {
+    let around = || panic!("{what}: the trace does not reach around the rows' window");
+    let (at_least, at_most) = cpu_within(samples, i, from_ns, to_ns).unwrap_or_else(around);
+    let at_least = if late_ns > 0 && to_ns - from_ns > 2 * late_ns {
+        cpu_within(samples, i, from_ns + late_ns, to_ns - late_ns).unwrap_or_else(around).0
+    } else {
+        at_least
+    };
     println!(
         "{what}: {charged} ns of CPU in rows over {:.3} s; the kernel's count over that window {at_least}..{at_most} ns ({:.3} of the most){}",
         (to_ns - from_ns) as f64 / 1e9,
