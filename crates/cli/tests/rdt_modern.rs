@@ -356,7 +356,9 @@ fn a_group_crun_made_is_read_and_left_to_crun() {
 ///   cachescope's is left.
 /// - hook: from the first instruction without the module: a container (Debian's runc) that fills
 ///   a quarter of the LLC in its first 50 ms, with cachescope's resctrl backend running (2 s
-///   intervals: the engine attaches it later than its program starts). Tagged by the backend's
+///   intervals: the engine attaches it later than its program starts), and reads it on until the
+///   group is read (lines other work evicts come back as its group's; those a late tag left with
+///   another RMID stay there). Tagged by the backend's
 ///   tagger the moment its cgroup holds a thread (`cgroup.events`), and tagged by
 ///   `cachescope hook oci` as runc's createRuntime hook: either way its group holds ≥ 95 % of W
 ///   per the kernel, in a group the backend then adopts.
@@ -395,7 +397,7 @@ fn hook_check(r: &HashMap<String, String>) {
     let watched = r["watched_occ"].parse::<i64>().unwrap_or(0);
     let hooked = num(r, "hooked_occ");
     println!(
-        "{}: first 50 ms of W = {w} B in the container's group: hook {hooked} B ({:.1} %), tagger {watched} B ({:.1} %)",
+        "{}: W = {w} B, filled in the container's first 50 ms, in its group: hook {hooked} B ({:.1} %), tagger {watched} B ({:.1} %)",
         r["kernel"],
         100.0 * hooked as f64 / w as f64,
         100.0 * watched as f64 / w as f64
@@ -414,7 +416,7 @@ fn nri_check(r: &HashMap<String, String>) {
     assert_eq!(num(r, "cri_exit"), 0, "the pod and its container started through the CRI");
     let (w, occ) = (num(r, "w"), num(r, "nri_occ"));
     println!(
-        "{}: first 50 ms of W = {w} B in the container's group: NRI plugin (containerd {}) {occ} B ({:.1} %)",
+        "{}: W = {w} B, filled in the container's first 50 ms, in its group: NRI plugin (containerd {}) {occ} B ({:.1} %)",
         r["kernel"],
         r["containerd"],
         100.0 * occ as f64 / w as f64
