@@ -186,8 +186,9 @@ pub enum Read<'a> {
     /// Those this wants (the read budget's share under overload, [`crate::budget`]).
     Wanted(&'a dyn Fn(&str) -> bool),
     /// These, looked up by id (ids not attached are passed over): the work is theirs alone,
-    /// whatever the number attached.
-    Only(&'a [Arc<str>]),
+    /// whatever the number attached. Each is the container's shared meta, so a backend that
+    /// keeps that meta can find it by address.
+    Only(&'a [crate::row::ById]),
 }
 
 impl Read<'_> {
@@ -201,7 +202,7 @@ impl Read<'_> {
             Read::All => map.iter().try_for_each(|(k, v)| f(k.borrow(), v)),
             Read::Wanted(w) => map.iter().filter(|(k, _)| w(k.borrow())).try_for_each(|(k, v)| f(k.borrow(), v)),
             Read::Only(ids) => {
-                ids.iter().filter_map(|id| Some((&**id, map.get(&**id)?))).try_for_each(|(k, v)| f(k, v))
+                ids.iter().filter_map(|id| Some((id.id(), map.get(id.id())?))).try_for_each(|(k, v)| f(k, v))
             }
         }
     }
@@ -217,8 +218,8 @@ impl Read<'_> {
             Read::Wanted(w) => map.iter_mut().filter(|(k, _)| w(k)).try_for_each(|(k, v)| f(k, v)),
             Read::Only(ids) => {
                 for id in ids {
-                    if let Some(v) = map.get_mut(&**id) {
-                        f(id, v)?;
+                    if let Some(v) = map.get_mut(id.id()) {
+                        f(id.id(), v)?;
                     }
                 }
                 Ok(())
@@ -263,9 +264,10 @@ pub struct Unsupported {
     info: BackendInfo,
     /// Keyed by the container's meta (its id not copied), in id order for a read of all.
     attached: std::collections::BTreeMap<crate::row::ById, Arc<ContainerMeta>>,
-    /// The same, hashed, for a quiet interval's few: a tree's search compares a dozen ids,
-    /// half of what a keyframe row of an idle container cost here.
-    by_id: crate::FastSet<crate::row::ById>,
+    /// The same by the meta's address, for a quiet interval's few: a tree's search compares a
+    /// dozen ids, half of what a keyframe row of an idle container cost here, and hashing the
+    /// id reads it, a cache miss of its own.
+    by_addr: crate::IntMap<usize, Arc<ContainerMeta>>,
 }
 
 impl Unsupported {
@@ -274,7 +276,7 @@ impl Unsupported {
         let mut info = BackendInfo::new("none (no cache monitoring here)", cpuid, l3_bytes);
         (info.domains, info.sampling, info.upkeep_every) = (domains, Sampling::Unsupported, Duration::from_secs(1));
         info.metadata.push(("cachescope.unsupported".into(), why.to_string()));
-        Unsupported { info, attached: Default::default(), by_id: Default::default() }
+        Unsupported { info, attached: Default::default(), by_addr: Default::default() }
     }
 }
 
@@ -284,14 +286,17 @@ impl CacheBackend for Unsupported {
     }
 
     fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
-        self.attached.insert(crate::row::ById(c.meta.clone()), c.meta.clone());
-        self.by_id.replace(crate::row::ById(c.meta.clone()));
+        if let Some(was) = self.attached.insert(crate::row::ById(c.meta.clone()), c.meta.clone()) {
+            self.by_addr.remove(&(Arc::as_ptr(&was) as usize));
+        }
+        self.by_addr.insert(Arc::as_ptr(&c.meta) as usize, c.meta.clone());
         Ok(Attach::Monitored { rmid: None })
     }
 
     fn detach(&mut self, id: &str, _: Duration) -> PartResult {
-        self.attached.remove(id);
-        self.by_id.remove(id);
+        if let Some(was) = self.attached.remove(id) {
+            self.by_addr.remove(&(Arc::as_ptr(&was) as usize));
+        }
         Ok(())
     }
 
@@ -303,7 +308,11 @@ impl CacheBackend for Unsupported {
             }
         };
         if let Read::Only(ids) = read {
-            ids.iter().filter_map(|id| self.by_id.get(&**id)).for_each(|m| push(&m.0));
+            // By address; a meta that is another copy of an attached container's, by id.
+            let attached = &self.attached;
+            ids.iter()
+                .filter_map(|id| self.by_addr.get(&(Arc::as_ptr(&id.0) as usize)).or_else(|| attached.get(id.id())))
+                .for_each(&mut push);
             return Ok(());
         }
         read.each(&self.attached, |_, meta| {
@@ -333,3 +342,39 @@ impl CacheBackend for Unsupported {
 /// The processor model the header of a host without cache monitoring suggests for the
 /// emulated demo.
 pub const DEMO_MODEL: &str = "intel-xeon-platinum-8160";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::containers::Container;
+    use crate::row::ById;
+
+    struct NoSource;
+    impl ContainerSource for NoSource {
+        fn poll(&mut self, _: Duration, _: &mut Vec<crate::containers::Change>) -> PartResult {
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            String::new()
+        }
+    }
+
+    #[test]
+    fn a_quiet_read_finds_containers_by_their_meta_or_a_copy_and_passes_over_the_rest() {
+        let mut b = Unsupported::new(vec![0, 1], None, String::new(), "none here");
+        let (a, c) = (ContainerMeta::named("a"), ContainerMeta::named("c"));
+        for m in [&a, &c] {
+            b.attach(&Container { meta: m.clone(), ..Default::default() }, &NoSource, Duration::ZERO).unwrap();
+        }
+        let ids = [ById(a.clone()), ById(ContainerMeta::named("c")), ById(ContainerMeta::named("gone"))];
+        let mut out = Vec::new();
+        b.collect(Duration::ZERO, Read::Only(&ids), &mut out).unwrap();
+        let got: Vec<(&str, u32)> = out.iter().map(|s| (s.container.id.as_str(), s.domain)).collect();
+        assert_eq!(got, [("a", 0), ("a", 1), ("c", 0), ("c", 1)]);
+        assert!(Arc::ptr_eq(&out[2].container, &c), "the attached meta, not the copy asked with");
+        b.detach("a", Duration::ZERO).unwrap();
+        out.clear();
+        b.collect(Duration::ZERO, Read::Only(&ids), &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+    }
+}

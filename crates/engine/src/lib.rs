@@ -39,4 +39,4 @@ pub use sink::{Flow, OutputError, RunStatus, Sink};
 pub use slots::{Policy, WaitReason};
 pub use sparse::Sparse;
 
-use cachescope_platform::hash::{FastMap, FastSet};
+use cachescope_platform::hash::{FastMap, FastSet, IntMap};

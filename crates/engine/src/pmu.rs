@@ -5,7 +5,7 @@
 
 use crate::containers::Container;
 use crate::error::PartResult;
-use crate::row::{ContainerMeta, Pmu};
+use crate::row::{ById, ContainerMeta, Pmu};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,11 +179,24 @@ impl Domains {
     }
 }
 
-/// Drained slots waiting for their rows: container id → domain → slots; and the gaps, where
+/// A followed container's slots: its meta (held, so that its address, the key, is not reused
+/// while it is followed) and its domains.
+struct Followed {
+    _meta: Arc<ContainerMeta>,
+    doms: Domains,
+}
+
+/// Drained slots waiting for their rows: container → domain → slots; and the gaps, where
 /// rows get no values rather than a part of them.
 #[derive(Default)]
 pub struct Join {
-    slots: crate::FastMap<String, Domains>,
+    /// Keyed by the address of the container's meta, which every row and sample of it shares:
+    /// an idle container's keyframe row finds its slots with a multiply and one probe, not by
+    /// hashing and comparing its id, a cache miss of its own (docs/cost.md).
+    slots: cachescope_platform::hash::IntMap<usize, Followed>,
+    /// container id → that address, for what asks by id (and a sample whose meta is another
+    /// copy of the container's).
+    by_id: crate::FastMap<ById, usize>,
     gaps: VecDeque<(Duration, Duration)>,
     /// The containers that ran (a slot with CPU time or a count), and the end of the latest
     /// such slot: who ran in an interval is found here, without looking at every container.
@@ -200,28 +213,51 @@ pub struct Ran {
     pub totals: Totals,
 }
 
+fn addr(meta: &Arc<ContainerMeta>) -> usize {
+    Arc::as_ptr(meta) as usize
+}
+
 impl Join {
-    pub fn follow(&mut self, id: &str) {
-        self.slots.entry(id.to_string()).or_default();
+    pub fn follow(&mut self, meta: &Arc<ContainerMeta>) {
+        if self.by_id.contains_key(meta.id.as_str()) {
+            return;
+        }
+        self.by_id.insert(ById(meta.clone()), addr(meta));
+        self.slots.insert(addr(meta), Followed { _meta: meta.clone(), doms: Domains::default() });
     }
 
     pub fn forget(&mut self, id: &str) {
-        self.slots.remove(id);
+        if let Some(a) = self.by_id.remove(id) {
+            self.slots.remove(&a);
+        }
         self.ran.remove(id);
         self.cpu.remove(id);
+    }
+
+    /// The domains of a followed container: by its meta's address, else by its id.
+    fn doms_mut(&mut self, meta: &Arc<ContainerMeta>) -> Option<&mut Domains> {
+        let a = match self.slots.contains_key(&addr(meta)) {
+            true => addr(meta),
+            false => *self.by_id.get(meta.id.as_str())?,
+        };
+        self.slots.get_mut(&a).map(|f| &mut f.doms)
+    }
+
+    fn doms(&self, id: &str) -> Option<&Domains> {
+        self.by_id.get(id).and_then(|a| self.slots.get(a)).map(|f| &f.doms)
     }
 
     /// CPU time a followed container was charged so far, in µs, as its cgroup's `cpu.stat`
     /// would say since it was followed: the RMID policy's measure where the PMU source counts
     /// CPU time, without a file read per container.
     pub fn cpu_usage_usec(&self, id: &str) -> Option<u64> {
-        self.slots.contains_key(id).then(|| self.cpu.get(id).copied().unwrap_or(0) / 1000)
+        self.by_id.contains_key(id).then(|| self.cpu.get(id).copied().unwrap_or(0) / 1000)
     }
 
     pub fn push(&mut self, samples: &mut Vec<PmuSample>) {
         for s in samples.drain(..) {
             // Slots of a container no longer followed are dropped.
-            let Some(doms) = self.slots.get_mut(s.container.id.as_str()) else { continue };
+            let Some(doms) = self.doms_mut(&s.container) else { continue };
             let mut t = Totals::default();
             t.add(&s.values, s.cpu_ns);
             doms.entry(s.domain).q.push_back((s.end, t));
@@ -261,7 +297,7 @@ impl Join {
     /// The counts of container `id` in each domain over slots that end in (`after`, `until`],
     /// where something was counted.
     pub fn ran_in(&self, id: &Arc<str>, after: Duration, until: Duration, out: &mut Vec<Ran>) {
-        let Some(doms) = self.slots.get(&**id) else { return };
+        let Some(doms) = self.doms(id) else { return };
         for &(domain, ref slots) in &doms.0 {
             let totals = Self::sum(Some(&slots.q), after, until);
             if totals != Totals::default() {
@@ -306,7 +342,7 @@ impl Join {
     /// The sums of a container's slots on `domain` that end in (`after`, `until`], without
     /// taking them.
     pub fn peek(&self, id: &str, domain: u32, after: Duration, until: Duration) -> Totals {
-        Self::sum(self.slots.get(id).and_then(|d| d.get(domain)).map(|s| &s.q), after, until)
+        Self::sum(self.doms(id).and_then(|d| d.get(domain)).map(|s| &s.q), after, until)
     }
 
     /// Take the sums of a container's slots on `domain` that end in (`after`, `until`] (those
@@ -316,12 +352,12 @@ impl Join {
     /// past the second).
     pub fn take(
         &mut self,
-        id: &str,
+        meta: &Arc<ContainerMeta>,
         domain: u32,
         after: Duration,
         until: Duration,
     ) -> (Totals, Option<Duration>, Option<Duration>) {
-        let Some(doms) = self.slots.get_mut(id) else { return (Totals::default(), None, None) };
+        let Some(doms) = self.doms_mut(meta) else { return (Totals::default(), None, None) };
         let slots = doms.entry(domain);
         let prev = slots.row_end.replace(until);
         let q = &mut slots.q;
@@ -343,6 +379,32 @@ impl Join {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_found_by_the_followed_meta_and_by_a_copy_of_it() {
+        let ms = Duration::from_millis;
+        let (meta, copy) = (ContainerMeta::named("a"), ContainerMeta::named("a"));
+        let mut j = Join::default();
+        j.follow(&meta);
+        j.follow(&copy); // the same container again: still one
+        let sample = |m: &Arc<ContainerMeta>, end| PmuSample {
+            container: m.clone(),
+            domain: 0,
+            end,
+            values: [1, 2, 0, 0],
+            cpu_ns: 1_000_000,
+        };
+        // A source that made its own meta for the container: its samples still join.
+        j.push(&mut vec![sample(&meta, ms(1)), sample(&copy, ms(2)), sample(&ContainerMeta::named("b"), ms(2))]);
+        assert_eq!(j.cpu_usage_usec("a"), Some(2_000));
+        assert_eq!(j.cpu_usage_usec("b"), None, "not followed: dropped");
+        let (t, first, prev) = j.take(&copy, 0, ms(0), ms(2));
+        assert_eq!((t.cpu_ns, t.values[1], first, prev), (2_000_000, 4, Some(ms(1)), None));
+        let (t, _, prev) = j.take(&meta, 0, ms(2), ms(3));
+        assert_eq!((t.cpu_ns, prev), (0, Some(ms(2))));
+        j.forget("a");
+        assert_eq!(j.take(&meta, 0, ms(3), ms(4)).2, None, "forgotten");
+    }
 
     #[test]
     fn rows_overlapping_a_gap_are_in_it_and_gaps_merge() {

@@ -6,7 +6,8 @@
 //! evenly over the period's intervals (a wheel of buckets). The work per interval follows
 //! the containers that ran plus followed ÷ (intervals per keyframe), not the number followed.
 
-use crate::{FastMap, FastSet};
+use crate::row::{ById, ContainerMeta};
+use crate::{FastMap, IntMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,22 +18,29 @@ pub const KEYFRAME: Duration = Duration::from_secs(1);
 /// The visit set's smallest kept capacity: below it a clear costs less than reallocating.
 const SEEN_KEPT: usize = 32;
 
+fn addr(k: &ById) -> usize {
+    Arc::as_ptr(&k.0) as usize
+}
+
 pub struct Quiet {
     interval: Duration,
-    /// One bucket per interval of a keyframe period; each container sits in one.
-    wheel: Vec<Vec<Arc<str>>>,
+    /// One bucket per interval of a keyframe period; each container sits in one, as its
+    /// shared meta: what reads it next (the backend, the rows) finds it by that, not by its id.
+    wheel: Vec<Vec<ById>>,
     /// container id → its bucket.
-    bucket: FastMap<Arc<str>, usize>,
+    bucket: FastMap<ById, usize>,
     /// Where the next container goes: round robin, so the buckets stay even.
     next: usize,
     /// The grid index of the last interval whose bucket was read.
     last: Option<u64>,
     /// Containers whose CPU time is not counted (their perf events could not be opened): it
     /// is not known whether they ran, so they are read at every interval.
-    always: Vec<Arc<str>>,
+    always: Vec<ById>,
     /// This interval's containers to read, each once.
-    visit: Vec<Arc<str>>,
-    seen: FastSet<Arc<str>>,
+    visit: Vec<ById>,
+    /// The same, by their meta's address: a multiply and a probe, where hashing the id read
+    /// it (an idle container's keyframe is a cache miss in every structure it touches).
+    seen: IntMap<usize, ()>,
 }
 
 impl Quiet {
@@ -46,36 +54,36 @@ impl Quiet {
             last: None,
             always: Vec::new(),
             visit: Vec::new(),
-            seen: FastSet::default(),
+            seen: IntMap::default(),
         }
     }
 
     /// Follow a container; `counted`: whether its CPU time is counted.
-    pub fn follow(&mut self, id: &str, counted: bool) {
-        if self.bucket.contains_key(id) {
+    pub fn follow(&mut self, meta: &Arc<ContainerMeta>, counted: bool) {
+        if self.bucket.contains_key(meta.id.as_str()) {
             return;
         }
-        let id: Arc<str> = Arc::from(id);
+        let k = ById(meta.clone());
         let b = self.next % self.wheel.len();
         self.next = (b + 1) % self.wheel.len();
-        self.wheel[b].push(id.clone());
+        self.wheel[b].push(k.clone());
         if !counted {
-            self.always.push(id.clone());
+            self.always.push(k.clone());
         }
-        self.bucket.insert(id, b);
+        self.bucket.insert(k, b);
     }
 
     /// Whether its CPU time is counted (it was followed as such).
     pub fn counted(&self, id: &str) -> bool {
-        self.bucket.contains_key(id) && !self.always.iter().any(|x| &**x == id)
+        self.bucket.contains_key(id) && !self.always.iter().any(|x| x.id() == id)
     }
 
     pub fn forget(&mut self, id: &str) {
         let Some(b) = self.bucket.remove(id) else { return };
-        if let Some(i) = self.wheel[b].iter().position(|x| &**x == id) {
+        if let Some(i) = self.wheel[b].iter().position(|x| x.id() == id) {
             self.wheel[b].swap_remove(i);
         }
-        if let Some(i) = self.always.iter().position(|x| &**x == id) {
+        if let Some(i) = self.always.iter().position(|x| x.id() == id) {
             self.always.swap_remove(i);
         }
     }
@@ -89,7 +97,7 @@ impl Quiet {
         // reset): after a burst (every container new at the start) it would stay that big
         // and cost 2,500 instructions an interval at 1,000 containers. Kept near its use.
         if self.seen.capacity() > 8 * self.seen.len().max(SEEN_KEPT) {
-            self.seen = FastSet::with_capacity_and_hasher(self.seen.len().max(SEEN_KEPT), Default::default());
+            self.seen = IntMap::with_capacity_and_hasher(self.seen.len().max(SEEN_KEPT), Default::default());
         } else {
             self.seen.clear();
         }
@@ -102,41 +110,36 @@ impl Quiet {
         };
         for k in from..=now {
             for id in &self.wheel[(k % per) as usize] {
-                if self.seen.insert(id.clone()) {
+                if self.seen.insert(addr(id), ()).is_none() {
                     self.visit.push(id.clone());
                 }
             }
         }
         self.last = Some(self.last.map_or(now, |l| l.max(now)));
         for id in &self.always {
-            if self.seen.insert(id.clone()) {
+            if self.seen.insert(addr(id), ()).is_none() {
                 self.visit.push(id.clone());
             }
         }
     }
 
-    /// Read `id` in this interval too (it ran, is new or stops).
-    pub fn add(&mut self, id: &Arc<str>) {
-        if self.seen.insert(id.clone()) {
-            self.visit.push(id.clone());
-        }
-    }
-
-    /// [`Quiet::add`] by id: a followed container's shared id (no allocation).
+    /// Read container `id` in this interval too (it ran, is new or stops); ids not followed
+    /// are passed over.
     pub fn add_id(&mut self, id: &str) {
         if let Some((k, _)) = self.bucket.get_key_value(id) {
-            let k = k.clone();
-            self.add(&k);
+            if self.seen.insert(addr(k), ()).is_none() {
+                self.visit.push(k.clone());
+            }
         }
     }
 
     /// The containers to read in this interval.
-    pub fn visit(&self) -> &[Arc<str>] {
+    pub fn visit(&self) -> &[ById] {
         &self.visit
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        self.seen.contains(id)
+        self.bucket.get_key_value(id).is_some_and(|(k, _)| self.seen.contains_key(&addr(k)))
     }
 
     pub fn followed(&self) -> usize {
@@ -151,7 +154,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn visits(q: &Quiet) -> Vec<String> {
-        let mut v: Vec<String> = q.visit().iter().map(|s| s.to_string()).collect();
+        let mut v: Vec<String> = q.visit().iter().map(|s| s.id().to_string()).collect();
         v.sort();
         v
     }
@@ -160,7 +163,7 @@ mod tests {
     fn each_container_is_read_once_per_keyframe_and_the_share_is_even() {
         let mut q = Quiet::new(MS * 100); // 10 buckets
         for i in 0..25 {
-            q.follow(&format!("c{i:02}"), true);
+            q.follow(&ContainerMeta::named(&format!("c{i:02}")), true);
         }
         let mut count: FastMap<String, u32> = FastMap::default();
         let mut most = 0;
@@ -168,7 +171,7 @@ mod tests {
             q.begin(MS * 100 * k);
             most = most.max(q.visit().len());
             for id in q.visit() {
-                *count.entry(id.to_string()).or_default() += 1;
+                *count.entry(id.id().to_string()).or_default() += 1;
             }
         }
         // 30 intervals are 3 keyframe periods: each container read 3 times, 2 or 3 per interval.
@@ -181,7 +184,7 @@ mod tests {
     fn a_late_wake_up_reads_the_buckets_it_skipped_and_never_one_twice() {
         let mut q = Quiet::new(MS);
         for i in 0..1000 {
-            q.follow(&format!("c{i:04}"), true);
+            q.follow(&ContainerMeta::named(&format!("c{i:04}")), true);
         }
         q.begin(MS);
         assert_eq!(q.visit().len(), 1);
@@ -200,7 +203,7 @@ mod tests {
     fn the_uncounted_are_always_read_and_added_ones_once() {
         let mut q = Quiet::new(MS);
         for i in 0..100 {
-            q.follow(&format!("c{i:03}"), i != 7);
+            q.follow(&ContainerMeta::named(&format!("c{i:03}")), i != 7);
         }
         q.begin(MS * 3); // bucket 3: c003
         q.add_id("c050");
@@ -219,13 +222,13 @@ mod tests {
     #[test]
     fn a_burst_does_not_leave_every_later_interval_clearing_its_size() {
         let mut q = Quiet::new(MS);
-        let ids: Vec<Arc<str>> = (0..1000).map(|i| Arc::from(format!("c{i:04}"))).collect();
+        let ids: Vec<Arc<ContainerMeta>> = (0..1000).map(|i| ContainerMeta::named(&format!("c{i:04}"))).collect();
         for id in &ids {
             q.follow(id, true);
         }
         q.begin(MS);
         for id in &ids {
-            q.add(id); // the first interval: every container is new
+            q.add_id(&id.id); // the first interval: every container is new
         }
         assert_eq!(q.visit().len(), 1000);
         q.begin(MS * 2);
@@ -236,7 +239,7 @@ mod tests {
         for k in 4..40u32 {
             q.begin(MS * k);
             for id in &ids[..200] {
-                q.add(id);
+                q.add_id(&id.id);
             }
         }
         let cap = q.seen.capacity();

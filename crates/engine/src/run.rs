@@ -160,9 +160,9 @@ impl State {
                     }
                     if let Some(pmu) = self.p.pmu.as_mut() {
                         pmu.follow(&c);
-                        self.join.follow(c.id());
+                        self.join.follow(&c.meta);
                         if let Some(q) = self.quiet.as_mut() {
-                            q.follow(c.id(), !pmu.uncounted(c.id()));
+                            q.follow(&c.meta, !pmu.uncounted(c.id()));
                         }
                     }
                     self.fresh.insert(c.id().to_string());
@@ -225,9 +225,9 @@ impl State {
             q.begin(at);
             self.fresh.iter().chain(self.stopped.iter()).for_each(|id| q.add_id(id));
             if self.lag.is_zero() {
-                self.ran.iter().for_each(|r| q.add(&r.id));
+                self.ran.iter().for_each(|r| q.add_id(&r.id));
             } else {
-                self.recent.iter().for_each(|(id, _)| q.add(id));
+                self.recent.iter().for_each(|(id, _)| q.add_id(id));
             }
             self.quiet_reads += q.visit().len() as u64;
             self.quiet_followed += q.followed() as u64;
@@ -264,7 +264,7 @@ impl State {
         let rows_for: Vec<&crate::slots::Waiting> = match quiet {
             // Looked up by the few read: thousands may wait where RMIDs are few.
             Some(q) if waiting.len() > q.visit().len() => {
-                q.visit().iter().filter_map(|id| waiting.get(&**id)).collect()
+                q.visit().iter().filter_map(|id| waiting.get(id.id())).collect()
             }
             _ => waiting.values().filter(|w| read(w.container.id())).collect(),
         };
@@ -353,7 +353,7 @@ impl State {
                     let driven = self.p.world.is_some();
                     for (row, &at) in q.rows[..n].iter_mut().zip(&q.at) {
                         let until = self.origin + at;
-                        let (t, first, prev) = self.join.take(&row.container.id, row.domain, self.origin, until);
+                        let (t, first, prev) = self.join.take(&row.container, row.domain, self.origin, until);
                         let mut from = until.saturating_sub(Duration::from_nanos(row.interval_ns.max(0) as u64));
                         // Counts from before the row's interval (a container is charged from
                         // its first slot, which can precede its first row when it was found

@@ -132,11 +132,12 @@ impl Sparse {
                 present: present(&counters),
                 period,
             };
-            let entry = self.last.get_mut(r.container.id.as_str());
-            let prev = match entry {
+            // Looked up once: an idle container's keyframe row is a cache miss in each map.
+            let mut entry = self.last.get_mut(r.container.id.as_str());
+            let prev = match entry.as_deref_mut() {
                 Some(e) => {
                     e.seen_ns = e.seen_ns.max(r.time_ns);
-                    e.get(r.domain)
+                    e.get(r.domain).copied()
                 }
                 None => None,
             };
@@ -156,7 +157,7 @@ impl Sparse {
                     }
                 };
             if keep {
-                match self.last.get_mut(r.container.id.as_str()) {
+                match entry {
                     Some(e) => e.set(r.domain, now),
                     None => {
                         let e = Entry { seen_ns: r.time_ns, domains: vec![(r.domain, now)] };

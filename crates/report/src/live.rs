@@ -8,7 +8,7 @@
 
 use crate::episodes::{find, Episode};
 use crate::timeline::{Domain, Line, Timeline};
-use cachescope_engine::row::Row;
+use cachescope_engine::row::{ById, Row};
 use cachescope_engine::{Flow, OutputError, RunStatus, Sink};
 use cachescope_sinks::noisy::{Event, LiveEpisode, SharedBoard};
 use std::collections::{BTreeMap, VecDeque};
@@ -268,8 +268,9 @@ struct Known {
 /// The finder (see the module's comment).
 pub struct LiveFinder {
     board: SharedBoard,
-    /// container id → domain → series.
-    series: cachescope_platform::hash::FastMap<String, Doms>,
+    /// container → domain → series; keyed by the container's shared meta, whose id the
+    /// rows' own is (a copy of the id would be a cache miss of its own on every row).
+    series: cachescope_platform::hash::FastMap<ById, Doms>,
     count: usize,
     /// The newest grid index a row reached, and where the last pass ended.
     head: Option<i64>,
@@ -331,7 +332,7 @@ impl LiveFinder {
                 self.cut_rows += 1;
                 return;
             }
-            None => (self.series.entry(r.container.id.clone()).or_default(), Err(0)),
+            None => (self.series.entry(ById(r.container.clone())).or_default(), Err(0)),
         };
         if at.is_err() && full {
             self.cut_rows += 1;
@@ -422,10 +423,10 @@ impl LiveFinder {
             |d: i32, s: &Series| skip_steady && self.l3.get(&d).is_none_or(|b| *b > 0.0) && s.steady_over(start, end);
         // Lines in id order; only the lines kept are sorted (a sort of a thousand idle
         // containers' ids was half of a quiet pass).
-        let mut kept: Vec<(&String, i32, &Series)> = self
+        let mut kept: Vec<(&str, i32, &Series)> = self
             .series
             .iter()
-            .flat_map(|(id, doms)| doms.iter().filter(|(d, s)| !inert(*d, s)).map(move |(d, s)| (id, *d, s)))
+            .flat_map(|(id, doms)| doms.iter().filter(|(d, s)| !inert(*d, s)).map(move |(d, s)| (id.id(), *d, s)))
             .collect();
         kept.sort_by(|a, b| a.0.cmp(b.0));
         let mut by_domain: BTreeMap<i32, Vec<Line>> = BTreeMap::new();
