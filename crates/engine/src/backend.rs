@@ -287,15 +287,15 @@ impl CacheBackend for Unsupported {
 
     fn attach(&mut self, c: &Container, _: &dyn ContainerSource, _: Duration) -> PartResult<Attach> {
         if let Some(was) = self.attached.insert(crate::row::ById(c.meta.clone()), c.meta.clone()) {
-            self.by_addr.remove(&(Arc::as_ptr(&was) as usize));
+            self.by_addr.remove(&crate::row::addr(&was));
         }
-        self.by_addr.insert(Arc::as_ptr(&c.meta) as usize, c.meta.clone());
+        self.by_addr.insert(crate::row::addr(&c.meta), c.meta.clone());
         Ok(Attach::Monitored { rmid: None })
     }
 
     fn detach(&mut self, id: &str, _: Duration) -> PartResult {
         if let Some(was) = self.attached.remove(id) {
-            self.by_addr.remove(&(Arc::as_ptr(&was) as usize));
+            self.by_addr.remove(&crate::row::addr(&was));
         }
         Ok(())
     }
@@ -311,7 +311,7 @@ impl CacheBackend for Unsupported {
             // By address; a meta that is another copy of an attached container's, by id.
             let attached = &self.attached;
             ids.iter()
-                .filter_map(|id| self.by_addr.get(&(Arc::as_ptr(&id.0) as usize)).or_else(|| attached.get(id.id())))
+                .filter_map(|id| self.by_addr.get(&id.addr()).or_else(|| attached.get(id.id())))
                 .for_each(&mut push);
             return Ok(());
         }

@@ -85,7 +85,7 @@ impl Derive {
     /// The row of `s`. `since`: where its interval starts when the container has no earlier
     /// sample in that domain (the previous step of the run).
     pub fn row(&mut self, s: RawSample, since: Duration) -> Row {
-        let key = Arc::as_ptr(&s.container) as usize;
+        let key = crate::row::addr(&s.container);
         let mut fresh = false;
         let chain = self.prev.entry(key).or_insert_with(|| {
             self.by_id.entry(ById(s.container.clone())).or_default().push(key);

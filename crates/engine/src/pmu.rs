@@ -5,7 +5,7 @@
 
 use crate::containers::Container;
 use crate::error::PartResult;
-use crate::row::{ById, ContainerMeta, Pmu};
+use crate::row::{addr, ById, ContainerMeta, Pmu};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -211,10 +211,6 @@ pub struct Ran {
     pub id: Arc<str>,
     pub domain: u32,
     pub totals: Totals,
-}
-
-fn addr(meta: &Arc<ContainerMeta>) -> usize {
-    Arc::as_ptr(meta) as usize
 }
 
 impl Join {

@@ -18,10 +18,6 @@ pub const KEYFRAME: Duration = Duration::from_secs(1);
 /// The visit set's smallest kept capacity: below it a clear costs less than reallocating.
 const SEEN_KEPT: usize = 32;
 
-fn addr(k: &ById) -> usize {
-    Arc::as_ptr(&k.0) as usize
-}
-
 pub struct Quiet {
     interval: Duration,
     /// One bucket per interval of a keyframe period; each container sits in one, as its
@@ -110,14 +106,14 @@ impl Quiet {
         };
         for k in from..=now {
             for id in &self.wheel[(k % per) as usize] {
-                if self.seen.insert(addr(id), ()).is_none() {
+                if self.seen.insert(id.addr(), ()).is_none() {
                     self.visit.push(id.clone());
                 }
             }
         }
         self.last = Some(self.last.map_or(now, |l| l.max(now)));
         for id in &self.always {
-            if self.seen.insert(addr(id), ()).is_none() {
+            if self.seen.insert(id.addr(), ()).is_none() {
                 self.visit.push(id.clone());
             }
         }
@@ -127,7 +123,7 @@ impl Quiet {
     /// are passed over.
     pub fn add_id(&mut self, id: &str) {
         if let Some((k, _)) = self.bucket.get_key_value(id) {
-            if self.seen.insert(addr(k), ()).is_none() {
+            if self.seen.insert(k.addr(), ()).is_none() {
                 self.visit.push(k.clone());
             }
         }
@@ -139,7 +135,7 @@ impl Quiet {
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        self.bucket.get_key_value(id).is_some_and(|(k, _)| self.seen.contains_key(&addr(k)))
+        self.bucket.get_key_value(id).is_some_and(|(k, _)| self.seen.contains_key(&k.addr()))
     }
 
     pub fn followed(&self) -> usize {

@@ -125,6 +125,17 @@ impl ById {
     pub fn id(&self) -> &str {
         &self.0.id
     }
+
+    /// [`addr`] of its meta.
+    pub fn addr(&self) -> usize {
+        addr(&self.0)
+    }
+}
+
+/// A container's key where a map holds its meta alive: the meta's address (an integer key,
+/// no id hashed or compared; not reused while the map holds the meta).
+pub fn addr(meta: &Arc<ContainerMeta>) -> usize {
+    Arc::as_ptr(meta) as usize
 }
 
 impl std::hash::Hash for ById {
