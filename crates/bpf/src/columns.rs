@@ -13,7 +13,7 @@ use cachescope_engine::{ById, ContainerMeta};
 use cachescope_engine::{PartError, PartResult};
 use cachescope_hw::CpuInfo;
 use cachescope_perf::cgroup::{self, CgroupCollector};
-use cachescope_perf::counter::{CounterGroup, Target};
+use cachescope_perf::counter::{group_fits, CounterGroup, Target};
 use cachescope_perf::events::{resolve, Named, PERF_TYPE_SOFTWARE, SW_CPU_CLOCK};
 use cachescope_perf::format::{Encoded, Pmu as CorePmu};
 use cachescope_platform::clock::monotonic;
@@ -201,6 +201,31 @@ const QUIET_AGAIN: Duration = Duration::from_secs(60);
 /// At most this many orphan slots are kept (a host with many unfollowed cgroups).
 const MAX_ORPHANS: usize = 200_000;
 
+/// How long a probe group counts before it is judged scheduled or not: several of the kernel's
+/// rotations (every 4 ms by default) of the groups it multiplexes.
+const FIT_WAIT: Duration = Duration::from_millis(40);
+
+/// The start's description of the columns (`columns`: the hardware events' columns; `missing`:
+/// (column, reason) of those left out), which columns count, and why the others are null.
+fn described(columns: &[Option<usize>], missing: &[(&str, String)]) -> (String, Counted, Option<String>) {
+    let missing = grouped(missing);
+    let what = if columns.is_empty() {
+        format!("no PMU event counts here ({missing}); CPU time from cpu-clock")
+    } else {
+        let names: Vec<&str> = columns.iter().flatten().map(|&c| Named::ALL[c].column()).collect();
+        let mut d = format!("{}, cpu_ns", names.join(", "));
+        if !missing.is_empty() {
+            d.push_str(&format!(" (null: {missing})"));
+        }
+        d
+    };
+    let mut counted = Counted { cpu_ns: true, ..Counted::default() };
+    for c in columns.iter().flatten() {
+        counted.pmu[*c] = true;
+    }
+    (what, counted, (!missing.is_empty()).then_some(missing))
+}
+
 fn usable(e: &Encoded) -> bool {
     CounterGroup::open(&Target::Cpu(0), std::slice::from_ref(e)).is_ok()
 }
@@ -232,29 +257,14 @@ impl PmuColumns {
                 }
             }
         }
-        let missing = grouped(&missing);
-        let what = if events.is_empty() {
-            format!("no PMU event counts here ({missing}); CPU time from cpu-clock")
-        } else {
-            let names: Vec<&str> = columns.iter().flatten().map(|&c| Named::ALL[c].column()).collect();
-            let mut d = format!("{}, cpu_ns", names.join(", "));
-            if !missing.is_empty() {
-                d.push_str(&format!(" (null: {missing})"));
-            }
-            d
-        };
-        let mut counted = Counted { cpu_ns: true, ..Counted::default() };
-        for c in columns.iter().flatten() {
-            counted.pmu[*c] = true;
-        }
+        let (what, counted, null_reason) = described(&columns, &missing);
         events.push(Encoded { type_: PERF_TYPE_SOFTWARE, config: SW_CPU_CLOCK, ..Encoded::default() });
         columns.push(None);
-        let null_reason = (!missing.is_empty()).then(|| missing.clone());
         let quiet_unclaimed = quiet_asked()?;
-        let on = |src, description| PmuColumns {
+        let on = |src, description, columns: &[Option<usize>], counted, null_reason: &Option<String>| PmuColumns {
             null_reason: null_reason.clone(),
             src,
-            columns: columns.clone(),
+            columns: columns.to_vec(),
             counted,
             by_cgroup: BTreeMap::new(),
             ticked: HashMap::new(),
@@ -292,7 +302,7 @@ impl PmuColumns {
                 Ok(mut a) => {
                     a.group_cpus(domain_of);
                     let d = format!("eBPF, 1 ms slots, {}: {what}", a.tick_mode());
-                    let mut p = on(Source::Bpf(Box::new(a)), d);
+                    let mut p = on(Source::Bpf(Box::new(a)), d, &columns, counted, &null_reason);
                     p.switch_rate = before.and_then(switch_rate_since);
                     return Ok(p);
                 }
@@ -309,6 +319,26 @@ impl PmuColumns {
                 format!("{bpf_failed}; perf events: {e}")
             });
         }
+        // One group per container and CPU, which the PMU schedules whole or not at all: a group
+        // it cannot hold beside its other users (the NMI watchdog's cycles, a perf pinning
+        // counters) is never scheduled, and every event of it, cpu-clock too, would read 0 for
+        // the whole run with nothing to scale. Hardware events that do not fit are left out,
+        // the last first (misses, references, instructions, cycles), null with the reason.
+        let cpu0 = cpus.first().copied().unwrap_or(0);
+        let (mut what, mut counted, mut null_reason) = (what, counted, null_reason);
+        while events.len() > 1 && !group_fits(cpu0, &events, FIT_WAIT).unwrap_or(true) {
+            let at = events.len() - 2;
+            events.remove(at);
+            if let Some(c) = columns.remove(at) {
+                missing.push((
+                    Named::ALL[c].column(),
+                    "no counter free beside the PMU's other users (the NMI watchdog, perf): a group with it is never scheduled"
+                        .to_string(),
+                ));
+            }
+            let hw = &columns[..columns.len() - 1];
+            (what, counted, null_reason) = described(hw, &missing);
+        }
         let mut col = CgroupCollector::new(events, cpus.to_vec());
         col.group_cpus(domain_of);
         let why = if bpf_failed.is_empty() { "--pmu perf" } else { bpf_failed.as_str() };
@@ -316,7 +346,7 @@ impl PmuColumns {
         if let Some(w) = cgroup::warning(1, cpus.len(), PERF_READ_EVERY) {
             desc.push_str(&format!("; {w}"));
         }
-        Ok(on(Source::Perf(col), desc))
+        Ok(on(Source::Perf(col), desc, &columns, counted, &null_reason))
     }
 
     /// Map every cgroup below each followed container to it: the nearest enclosing container
@@ -579,8 +609,19 @@ impl PmuSource for PmuColumns {
             Source::Perf(col) => {
                 let Some(dir) = &c.dir else { return };
                 if let Err(e) = col.add(c.id(), dir) {
+                    // ENOENT for an existing cgroup: the kernel has no perf_event state in it.
+                    // cgroup v2 gives every cgroup one implicitly, but only once the root's
+                    // cgroup.subtree_control has been written (systemd does at boot; a bare
+                    // /init may never).
+                    let hint = if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() {
+                        " (the kernel keeps no perf_event state for this cgroup: on cgroup v2 it does once the \
+                         root's cgroup.subtree_control has been written, e.g. echo +pids > \
+                         /sys/fs/cgroup/cgroup.subtree_control)"
+                    } else {
+                        ""
+                    };
                     cachescope_platform::say!(
-                        "perf events for {} ({}): {e}; its PMU columns and CPU time are null",
+                        "perf events for {} ({}): {e}{hint}; its PMU columns and CPU time are null",
                         c.id(),
                         dir.display()
                     );

@@ -276,6 +276,10 @@ fn host_pmu(args: &Common, topo: &Topology, domain_of: impl Fn(u32) -> u32) -> R
                     }
                     _ => cachescope_platform::say!("PMU columns: {d}"),
                 }
+            } else if p.null_reason().is_some() {
+                // Some count and some are null (left out where the PMU cannot hold them): which,
+                // and why.
+                cachescope_platform::say!("PMU columns: {d}");
             }
             if let Some(note) = p.start_note() {
                 cachescope_platform::say!("{note}");

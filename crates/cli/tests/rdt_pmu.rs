@@ -70,6 +70,17 @@ fn pct(got: f64, want: f64) -> f64 {
     100.0 * (got - want) / want.max(1.0)
 }
 
+/// One of cachescope's PMU paths as pmu.sh runs it: `--pmu PMU`, its containers under PARENT,
+/// its perf stat labels and results prefixed PREFIX.
+struct PmuPath {
+    pmu: &'static str,
+    parent: &'static str,
+    prefix: &'static str,
+}
+
+const PATHS: &[PmuPath] =
+    &[PmuPath { pmu: "bpf", parent: "ctr", prefix: "" }, PmuPath { pmu: "perf", parent: "pctr", prefix: "p" }];
+
 /// Judges one boot: every figure printed, every failure named.
 fn judge_pmu(r: &HashMap<String, String>) -> Vec<String> {
     let kernel = r["kernel"].clone();
@@ -228,13 +239,20 @@ fn judge_pmu(r: &HashMap<String, String>) -> Vec<String> {
 /// cycle model charges for that work (a host busier than usual slows TCG, the guest's clock
 /// does not slow, and more ticks land in the container's run: without this slack, cycles read
 /// +1.67 % of the 2 % bound on an otherwise idle host).
-fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), Count>, out: &Path) -> Vec<String> {
-    let kernel = r["kernel"].clone();
+fn judge_cachescope(
+    r: &HashMap<String, String>,
+    c: &HashMap<(String, String), Count>,
+    out: &Path,
+    path: &PmuPath,
+) -> Vec<String> {
+    let kernel = format!("{} --pmu {}", r["kernel"], path.pmu);
+    let p = path.prefix;
     let mut failed = Vec::new();
     for k in ["perf_nop_exit", "cs_following", "spin_exit", "walk_exit", "cs_exit"] {
         let want = i64::from(k == "cs_following");
-        if r.get(k).and_then(|v| v.parse::<i64>().ok()) != Some(want) {
-            failed.push(format!("{kernel}: {k}={:?}, expected {want}", r.get(k)));
+        let key = if k == "perf_nop_exit" { k.to_string() } else { format!("{p}{k}") };
+        if r.get(&key).and_then(|v| v.parse::<i64>().ok()) != Some(want) {
+            failed.push(format!("{kernel}: {key}={:?}, expected {want}", r.get(&key)));
         }
     }
     let mut cs: HashMap<(String, &str), u64> = HashMap::new();
@@ -253,10 +271,15 @@ fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), C
     // where perf's per-task count has none of them: measured 950 (6.1) and 1,300 (7.2) a tick
     // under TCG (0.1 % of a 1 GHz core's 1 ms; at TCG's pace, 0.3-12 % of a container's).
     let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
-    let ticks: u64 = console
-        .lines()
-        .find_map(|l| l.split("tick timers ").nth(1)?.split(" in ").nth(1)?.split(' ').next()?.parse().ok())
-        .unwrap_or(0);
+    // The perf path has no ticks: it reads the cgroups' counters from cachescope's own thread.
+    let ticks: u64 = if path.pmu == "bpf" {
+        console
+            .lines()
+            .find_map(|l| l.split("tick timers ").nth(1)?.split(" in ").nth(1)?.split(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let per_tick = 2000;
     let events = ["cycles", "instructions", "cache-references", "cache-misses"];
     // The columns judged per container, where perf counted them (pmu.sh: on AMD, perf counts
@@ -265,18 +288,22 @@ fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), C
     let judged_cols: [(&str, &[usize]); 2] =
         if amd { [("spin", &[0, 1]), ("walk", &[2, 3])] } else { [("spin", &[0, 1]), ("walk", &[0, 1, 2, 3])] };
     for (name, judged) in judged_cols {
-        let perf = |label: &str, event: &str| c.get(&(label.to_string(), event.to_string())).map(|n| n.value);
+        let perf = |label: &str, event: &str| {
+            let label = if label == "nop" { label.to_string() } else { format!("{p}{label}") };
+            c.get(&(label, event.to_string())).map(|n| n.value)
+        };
         // Each column: cachescope's sum and perf's count less the shell's before the move
         // (None where perf did not count it).
         let mut got = Vec::new();
         for (i, (col, event)) in columns.iter().zip(events).enumerate() {
-            let ours = cs.get(&(format!("ctr/{name}"), *col)).copied();
+            let ours = cs.get(&(format!("{}/{name}", path.parent), *col)).copied();
             match (ours, perf(name, event), perf("nop", event)) {
                 (Some(ours), Some(whole), Some(nop)) => got.push((ours, Some((whole, nop, whole.saturating_sub(nop))))),
                 (Some(ours), None, _) if !judged.contains(&i) => got.push((ours, None)),
-                (ours, whole, nop) => {
-                    failed.push(format!("{kernel}: ctr/{name} {col}: cachescope {ours:?}, perf {whole:?} − {nop:?}"))
-                }
+                (ours, whole, nop) => failed.push(format!(
+                    "{kernel}: {}/{name} {col}: cachescope {ours:?}, perf {whole:?} − {nop:?}",
+                    path.parent
+                )),
             }
         }
         if got.len() != columns.len() {
@@ -293,28 +320,56 @@ fn judge_cachescope(r: &HashMap<String, String>, c: &HashMap<(String, String), C
         let cyc_slack = if amd { ins_slack + 240 * extra(3) } else { ins_slack + 40 * extra(2) + 200 * extra(3) };
         for (i, col) in columns.iter().enumerate() {
             let (ours, Some((whole, nop, theirs))) = got[i] else {
-                println!("{kernel}: ctr/{name} {col}: cachescope {} (perf did not count it here)", got[i].0);
+                println!(
+                    "{kernel}: {}/{name} {col}: cachescope {} (perf did not count it here)",
+                    path.parent, got[i].0
+                );
                 continue;
             };
             let e = pct(ours as f64, theirs as f64);
-            println!("{kernel}: ctr/{name} {col}: cachescope {ours}, perf stat {whole} − {nop} before the move = {theirs} ({e:+.2} %)");
+            println!(
+                "{kernel}: {}/{name} {col}: cachescope {ours}, perf stat {whole} − {nop} before the move = {theirs} ({e:+.2} %)",
+                path.parent
+            );
             // On AMD the references are the private cache's lookups, which the tick's own
             // loads and stores make: at most about one line per instruction (measured: 793 a
             // tick on 6.1).
+            // The perf path's walk counted 2.3 % (6.1) and 3.6 % (7.2) more instructions than
+            // perf stat of its process on Intel, and 7 % more L2 lookups on AMD, where its spin
+            // counted 0.3 % more: work around the walk's 2,048 page faults and its exit that
+            // counting by CPU (the cgroup's events) sees and counting by task does not, as far
+            // as measured (not explained further). The eBPF path, which counts by CPU too, reads
+            // the same (+2.4 %, +3.7 %; AMD +7.1 %) within its ticks' slack. So a walk's
+            // instructions may be up to 4 % more on that path, and its L2 lookups 8 %.
+            let walk = path.pmu == "perf" && name == "walk";
+            let walk_faults = if walk { theirs / 25 } else { 0 };
+            let walk_lookups = if walk { theirs * 8 / 100 } else { 0 };
             let slack = match *col {
-                "instructions" => ins_slack,
+                "instructions" => ins_slack + walk_faults,
                 "cycles" => cyc_slack,
-                "llc_references" if amd => ins_slack,
+                "llc_references" if amd => ins_slack + walk_lookups,
                 _ => 0,
             };
             let (low, high) = (theirs as f64 * 0.98, theirs as f64 * 1.02 + slack as f64);
             if judged.contains(&i) && !(low..=high).contains(&(ours as f64)) {
                 failed.push(format!(
-                    "{kernel}: ctr/{name} {col}: cachescope {ours} outside {low:.0}..{high:.0} (perf stat ± 2 %, + {slack} for {ticks} ticks)"
+                    "{kernel}: {}/{name} {col}: cachescope {ours} outside {low:.0}..{high:.0} (perf stat ± 2 %, + {slack} for {ticks} ticks)",
+                    path.parent
                 ));
             }
         }
     }
+    failed
+}
+
+/// What one boot's cachescope said beside its per-container counts, whichever path: on AMD that
+/// its llc columns count at the L2; with perf pinning all but one general counter, that its
+/// counts were scaled.
+fn judge_said(r: &HashMap<String, String>, out: &Path) -> Vec<String> {
+    let kernel = r["kernel"].clone();
+    let amd = is_amd(r);
+    let mut failed = Vec::new();
+    let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
     // On AMD the llc columns are L2-side, and cachescope says so at start.
     let l2_said = console.lines().any(|l| l.starts_with("CS-STDERR ") && l.contains("count at the L2 on this CPU"));
     if amd != l2_said {
@@ -343,7 +398,12 @@ fn judge_boots(what: &str, machine: &str, kernels: &[&str]) {
         let r = boot(&qemu, &work, &g, &dir.path().join(format!("pmu-{kernel}")));
         assert_eq!(num(&r, "splats"), 0, "the kernel complained (CS-SPLAT lines above)");
         failed.extend(judge_pmu(&r));
-        failed.extend(judge_cachescope(&r, &perf_counts(&r), &dir.path().join(format!("pmu-{kernel}"))));
+        let out = dir.path().join(format!("pmu-{kernel}"));
+        let counts = perf_counts(&r);
+        for path in PATHS {
+            failed.extend(judge_cachescope(&r, &counts, &out, path));
+        }
+        failed.extend(judge_said(&r, &out));
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
@@ -364,4 +424,136 @@ fn linux_perf_counts_the_known_events_of_the_rdt_machine_s_pmu() {
 fn linux_perf_counts_the_known_events_of_the_amd_machine_s_core_counters() {
     let machine = "-cpu EPYC-Rome -smp 2,sockets=2 -device rdt,llc-size=4M,llc-ways=16,rmids=32,pmu=on";
     judge_boots("the RDT machine's AMD core counters", machine, &[""]);
+}
+
+/// Judges the scarce boot (pmu.sh with cs_scarce=1): each path's sums for its walk against
+/// perf stat of the same walk run alone, every figure printed.
+fn judge_scarce(r: &HashMap<String, String>, c: &HashMap<(String, String), Count>, out: &Path) -> Vec<String> {
+    let kernel = r["kernel"].clone();
+    let mut failed = Vec::new();
+    // The scenario: the watchdog on (it holds the core-cycles counter), two general counters.
+    if r.get("nmi_watchdog").map(String::as_str) != Some("1") {
+        failed.push(format!("{kernel}: nmi_watchdog={:?}, expected 1", r.get("nmi_watchdog")));
+    }
+    // The reference: instructions on their fixed counter, references and misses on the two
+    // general ones, never multiplexed.
+    let mut want = HashMap::new();
+    for (col, event) in
+        [("instructions", "instructions"), ("llc_references", "cache-references"), ("llc_misses", "cache-misses")]
+    {
+        match c.get(&("ref".to_string(), event.to_string())) {
+            Some(n) if n.share >= 99.99 => {
+                want.insert(col, n.value);
+            }
+            n => failed.push(format!("{kernel}: the reference's {event}: {n:?}, expected a count of the whole run")),
+        }
+    }
+    if want.len() < 3 {
+        return failed;
+    }
+    // The device's cycle model (pmu.sh's machine: the defaults).
+    want.insert("cycles", want["instructions"] + 40 * want["llc_references"] + 200 * want["llc_misses"]);
+    let rows = std::fs::read_to_string(out.join("rows.jsonl")).unwrap_or_default();
+    let console = std::fs::read_to_string(out.join("console.log")).unwrap_or_default();
+    for pmu in ["bpf", "perf"] {
+        for k in [format!("{pmu}_work_exit"), format!("{pmu}_exit")] {
+            if r.get(&k).map(String::as_str) != Some("0") {
+                failed.push(format!("{kernel}: {k}={:?}, expected 0", r.get(&k)));
+            }
+        }
+        let cg = format!("ctr/{pmu}");
+        let mut sums: HashMap<&str, u64> = HashMap::new();
+        let mut nulls = 0;
+        for row in rows.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+            if row["cgroup_path"].as_str() != Some(cg.as_str()) {
+                continue;
+            }
+            for col in ["cycles", "instructions", "llc_references", "llc_misses", "cpu_ns"] {
+                match row[col].as_u64() {
+                    Some(v) => *sums.entry(col).or_default() += v,
+                    None if row["interval_ns"].as_u64().is_some_and(|n| n > 0) => nulls += 1,
+                    None => {}
+                }
+            }
+        }
+        let stderr: Vec<&str> =
+            console.lines().filter_map(|l| l.strip_prefix(&format!("CS-STDERR-{pmu} ") as &str)).collect();
+        let said = stderr.iter().find(|l| l.contains("PMU multiplexing: ")).copied();
+        println!(
+            "{kernel}: --pmu {pmu} with 2 general counters and the NMI watchdog: said {said:?}; {nulls} null values"
+        );
+        // The eBPF path's events are multiplexed (each its own, so the kernel rotates them) and
+        // must say so; the perf path's group must hold what fits, so nothing of it is scaled.
+        if pmu == "bpf" && said.is_none() {
+            failed.push(format!("{kernel}: --pmu {pmu}: multiplexed counts not said"));
+        }
+        // The container's CPU time against the walk's alone (perf stat's task-clock): what its
+        // counts include beyond the walk's (cachescope's ticks, the kernel's rotations).
+        let alone_ms: Option<f64> = r["perf"]
+            .lines()
+            .filter_map(|l| l.strip_prefix("CS-PERF ref "))
+            .find(|l| l.contains(",task-clock,"))
+            .and_then(|l| l.split(',').next()?.parse().ok());
+        println!(
+            "{kernel}: --pmu {pmu} {cg}: CPU time {:.1} ms, the walk alone {alone_ms:?} ms",
+            sums.get("cpu_ns").copied().unwrap_or(0) as f64 / 1e6
+        );
+        // The container ran longer than the walk alone (its kernel's work beside the walk: the
+        // PMU's rotations, cachescope's ticks and reads, its cgroup's accounting; 10-40 %
+        // measured), and its counts include that work: under -icount (8 ns an instruction) the
+        // extra time holds at most extra_ns / 8 instructions, and as many lines. So each count
+        // must be at least 95 % of the walk's (what a lost or unscaled count fails: 50-87 % before
+        // the estimates) and at most 105 % of it plus that much (cycles: plus what the model
+        // charges for what the others counted beyond the walk's).
+        let alone_ns = alone_ms.map_or(0.0, |ms| ms * 1e6);
+        let extra = ((sums.get("cpu_ns").copied().unwrap_or(0) as f64 - alone_ns).max(0.0) / 8.0) as u64;
+        let beyond = |col: &str| sums.get(col).map_or(extra, |&g| g.saturating_sub(want[col]));
+        for col in ["cycles", "instructions", "llc_references", "llc_misses"] {
+            let w = want[col];
+            let slack = match col {
+                "cycles" => beyond("instructions") + 40 * beyond("llc_references") + 200 * beyond("llc_misses"),
+                _ => extra,
+            };
+            let Some(got) = sums.get(col).copied() else {
+                // Left out, null, and said so: the perf path's group holds only what fits.
+                let why = stderr.iter().find(|l| l.contains("no counter free") && l.contains(col));
+                match why {
+                    Some(why) => println!("{kernel}: --pmu {pmu} {cg} {col}: null, as said: {why}"),
+                    None => {
+                        failed.push(format!("{kernel}: --pmu {pmu} {col}: no value in {cg}'s rows, and no reason said"))
+                    }
+                }
+                continue;
+            };
+            let e = pct(got as f64, w as f64);
+            println!("{kernel}: --pmu {pmu} {cg} {col}: cachescope {got}, the walk alone {w} ({e:+.2} %)");
+            let (low, high) = (w as f64 * 0.95, w as f64 * 1.05 + slack as f64);
+            if !(low..=high).contains(&(got as f64)) {
+                failed.push(format!(
+                    "{kernel}: --pmu {pmu} {col}: cachescope {got} outside {low:.0}..{high:.0} (the walk alone − 5 % .. + 5 % + {slack} for the container's extra time)"
+                ));
+            }
+        }
+    }
+    failed
+}
+
+/// Counter scarcity as a host has it: two general counters, and the kernel's NMI watchdog (on
+/// by default) holding the core-cycles counter, so cachescope's cycles, references and misses
+/// share two counters. The eBPF path's events are each multiplexed by the kernel: its counts
+/// must be estimates of the walk's (no less than 95 % of the walk's alone; judge_scarce) and it
+/// must say they are. The perf path's group is scheduled whole or never: it must hold what fits
+/// and count that, the rest null with the reason said. Never a silently wrong count.
+#[test]
+fn scarce_counters_give_estimates_and_say_so() {
+    let machine =
+        "-cpu Skylake-Server -smp 2,sockets=2 -device rdt,llc-size=4M,llc-ways=16,rmids=32,pmu=on,pmu-counters=2";
+    let Some((qemu, dir, work)) = device_machine("the RDT machine's PMU, two counters") else { return };
+    which("perf");
+    let g = Guest { script: "pmu.sh", kernel: "", machine, append: "cs_scarce=1", kmod: false };
+    let out = dir.path().join("scarce");
+    let r = boot(&qemu, &work, &g, &out);
+    assert_eq!(num(&r, "splats"), 0, "the kernel complained (CS-SPLAT lines above)");
+    let failed = judge_scarce(&r, &perf_counts(&r), &out);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

@@ -128,6 +128,21 @@ impl CounterGroup {
     }
 }
 
+/// Whether the PMU schedules a group of `events` on `cpu` beside its other users: the group is
+/// opened and its time running read twice, `wait` apart. The kernel schedules a group whole or
+/// not at all, and one it cannot hold (its other users pinned the counters it needs: the NMI
+/// watchdog, a perf) is never scheduled after its first moments (Linux 6.1 with the watchdog
+/// and two general counters: 72 µs of 40 ms), and no scaling recovers its counts. One that
+/// only waits its turn (others rotate with it) runs within a few of the kernel's rotations,
+/// which `wait` should cover.
+pub fn group_fits(cpu: usize, events: &[Encoded], wait: std::time::Duration) -> io::Result<bool> {
+    let mut g = CounterGroup::open(&Target::Cpu(cpu), events)?;
+    std::thread::sleep(wait / 4);
+    let first = g.read()?;
+    std::thread::sleep(wait);
+    Ok(g.read()?.running_ns > first.running_ns)
+}
+
 /// The busy-time event this host can count: hardware cycles where the kernel has a PMU
 /// (probed by opening one on CPU 0), else software cpu-clock in ns (VMs without a PMU).
 /// Returns the encoding and its unit, for saying which one the data holds.

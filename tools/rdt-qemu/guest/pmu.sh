@@ -16,6 +16,11 @@ say perf_driver="$(dmesg | sed -n 's/.*Performance Events: //p' | head -1 | tr -
 say nmi_watchdog="$(cat /proc/sys/kernel/nmi_watchdog 2>/dev/null)"
 say cpu_pmu="$(ls /sys/bus/event_source/devices/cpu/format 2>/dev/null | tr '\n' ,)"
 cd /tmp || exit 1
+# Perf's cgroup events need the perf_event controller's state in each cgroup, which cgroup v2
+# gives every cgroup implicitly, but only once the root's subtree_control has been written
+# (until then perf_event_open answers ENOENT, and perf stat -G "<not supported>"). systemd
+# writes it at every boot; this /init enables pids, as a host's would be.
+echo +pids >/sys/fs/cgroup/cgroup.subtree_control
 
 # pstat LABEL EVENTS COMMAND...: perf stat of COMMAND, each event's CSV line as CS-PERF LABEL.
 pstat() {
@@ -27,6 +32,48 @@ pstat() {
   fi
   grep -v '^#' /tmp/stat.csv | grep . | sed "s/^/CS-PERF $label /"
 }
+
+# Counter scarcity as a host may have it (cs_scarce=1: the machine has two general counters and
+# the kernel's NMI watchdog on): the watchdog holds the core-cycles counter, so cachescope's
+# cycles, references and misses share the two general counters and the kernel multiplexes
+# them. Each of cachescope's paths (eBPF, perf cgroup events) counts a walk in a container at
+# 1 ms, and its sums are judged against perf stat of the same walk run alone (instructions,
+# references and misses fit the counters then): what is judged is the values, not only that
+# scaling was said.
+if [ "${cs_scarce:-}" = 1 ]; then
+  echo never >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
+  walk="rdt-work passes 8M 20"
+  taskset 0x2 perf stat -x, -o /tmp/ref.csv -e instructions,cache-references,cache-misses,task-clock -- $walk >/tmp/ref.out 2>&1
+  say ref_exit=$?
+  sed 's/^/CS-PERF-OUT ref /' /tmp/ref.out
+  grep -v '^#' /tmp/ref.csv | grep . | sed 's/^/CS-PERF ref /'
+  C=/sys/fs/cgroup/ctr
+  for pmu in bpf perf; do
+    mkdir -p "$C/$pmu"
+    taskset 0x1 cachescope monitor --backend none --pmu "$pmu" --containers "ctr/$pmu" --jsonl \
+      >"/tmp/$pmu.jsonl" 2>"/tmp/$pmu.err" &
+    CS=$!
+    i=0
+    until grep -q "\"ctr/$pmu\"" "/tmp/$pmu.jsonl" || ! kill -0 $CS 2>/dev/null || [ $i -ge 600 ]; do
+      sleep 0.1; i=$((i + 1))
+    done
+    taskset 0x2 sh -c "echo \$\$ > $C/$pmu/cgroup.procs && exec $walk"
+    say "${pmu}_work_exit=$?"
+    # Past a keyframe (1 s), so that every interval's counts are out.
+    sleep 2
+    kill -INT $CS
+    wait $CS
+    say "${pmu}_exit=$?"
+    sed "s/^/CS-STDERR-$pmu /" "/tmp/$pmu.err"
+  done
+  cat /tmp/bpf.jsonl /tmp/perf.jsonl >/tmp/rows.jsonl
+  echo CS-ROWS-BEGIN
+  gzip -c /tmp/rows.jsonl | base64
+  echo CS-ROWS-END
+  splats
+  say done=1
+  finish
+fi
 
 # Instructions: exact, per privilege; the loop touches no memory (an instruction that faults
 # is taken back by the device: it counts once, when its retry retires).
@@ -78,13 +125,14 @@ for k in samples lost throttles count; do
 done
 say throttled="$(dmesg | grep -c 'took too long')"
 
-# cachescope's PMU columns per container (its eBPF path reads the counters at every context
-# switch) against perf stat of the container's one process. perf stays outside the container:
-# its child, a shell, moves itself in, waits on a FIFO until cachescope follows the container,
-# then becomes the workload. What perf counts and cachescope cannot see (the shell's start, up
-# to its move) is measured alone, by the same command without the workload (nop).
+# cachescope's PMU columns per container against perf stat of the container's one process, on
+# each of its paths: eBPF (the counters read at every context switch, under ctr/) and perf
+# cgroup events (--pmu perf, under pctr/). perf stays outside the container: its child, a
+# shell, moves itself in, waits on a FIFO until cachescope follows the container, then becomes
+# the workload. What perf counts and cachescope cannot see (the shell's start, up to its move)
+# is measured alone, by the same command without the workload (nop).
 C=/sys/fs/cgroup/ctr
-mkdir -p "$C/spin" "$C/walk" "$C/nop"
+mkdir -p "$C/nop"
 ev=cycles,instructions,cache-references,cache-misses
 # AMD's six counters hold cachescope's four events on each CPU and two of perf's: perf counts
 # the spin's cycles and instructions, the walk's references and misses (Intel's fixed counters
@@ -94,47 +142,58 @@ ev_spin=$ev ev_walk=$ev
 perf stat -x, -o /tmp/nop.csv -e "$ev" -- sh -c "echo \$\$ > $C/nop/cgroup.procs" >/tmp/nop.out 2>&1
 say perf_nop_exit=$?
 grep -v '^#' /tmp/nop.csv | grep . | sed 's/^/CS-PERF nop /'
-for n in spin walk; do mkfifo "/tmp/go-$n"; done
-taskset 0x1 perf stat -x, -o /tmp/spin.csv -e "$ev_spin" -- \
-  sh -c "echo \$\$ > $C/spin/cgroup.procs && read go < /tmp/go-spin && exec rdt-work spin 20000000" >/tmp/spin.out 2>&1 &
-SPIN=$!
-taskset 0x2 perf stat -x, -o /tmp/walk.csv -e "$ev_walk" -- \
-  sh -c "echo \$\$ > $C/walk/cgroup.procs && read go < /tmp/go-walk && exec rdt-work passes 8M 3" >/tmp/walk.out 2>&1 &
-WALK=$!
-i=0
-until [ "$(cat $C/spin/cgroup.procs $C/walk/cgroup.procs | grep -c .)" -eq 2 ] || [ $i -ge 300 ]; do
-  sleep 0.1; i=$((i + 1))
-done
 # The kernel's own count of the eBPF programs' runs and time, which cachescope prints at the end.
 echo 1 >/proc/sys/kernel/bpf_stats_enabled
-cachescope monitor --backend none --pmu bpf --containers 'ctr/*' --interval 100ms --jsonl \
-  >/tmp/rows.jsonl 2>/tmp/err.txt &
-CS=$!
-following() { grep -q '"ctr/walk"' /tmp/rows.jsonl && grep -q '"ctr/spin"' /tmp/rows.jsonl; }
-i=0
-until following || ! kill -0 $CS 2>/dev/null || [ $i -ge 600 ]; do
-  sleep 0.1; i=$((i + 1))
-done
-following
-say cs_following=$((! $?))
-echo go >/tmp/go-spin
-echo go >/tmp/go-walk
-wait $SPIN
-say spin_exit=$?
-wait $WALK
-say walk_exit=$?
-for n in spin walk; do
-  sed "s/^/CS-PERF-OUT $n /" /tmp/$n.out
-  grep -v '^#' /tmp/$n.csv | grep . | sed "s/^/CS-PERF $n /"
-done
-# Past a keyframe (1 s), so that every interval's counts are out.
-sleep 2
-kill -INT $CS
-wait $CS
-say cs_exit=$?
-sed 's/^/CS-STDERR /' /tmp/err.txt
+# per_container PMU PARENT P: cachescope --pmu PMU following PARENT/spin and PARENT/walk; perf
+# stat's lines labelled Pspin and Pwalk, results prefixed P, rows in /tmp/Prows.jsonl.
+per_container() {
+  pmu=$1 parent=/sys/fs/cgroup/$2 p=$3
+  mkdir -p "$parent/spin" "$parent/walk"
+  for n in spin walk; do mkfifo "/tmp/go-$p$n"; done
+  taskset 0x1 perf stat -x, -o "/tmp/${p}spin.csv" -e "$ev_spin" -- \
+    sh -c "echo \$\$ > $parent/spin/cgroup.procs && read go < /tmp/go-${p}spin && exec rdt-work spin 20000000" \
+    >"/tmp/${p}spin.out" 2>&1 &
+  SPIN=$!
+  taskset 0x2 perf stat -x, -o "/tmp/${p}walk.csv" -e "$ev_walk" -- \
+    sh -c "echo \$\$ > $parent/walk/cgroup.procs && read go < /tmp/go-${p}walk && exec rdt-work passes 8M 3" \
+    >"/tmp/${p}walk.out" 2>&1 &
+  WALK=$!
+  i=0
+  until [ "$(cat "$parent/spin/cgroup.procs" "$parent/walk/cgroup.procs" | grep -c .)" -eq 2 ] || [ $i -ge 300 ]; do
+    sleep 0.1; i=$((i + 1))
+  done
+  cachescope monitor --backend none --pmu "$pmu" --containers "$2/*" --interval 100ms --jsonl \
+    >"/tmp/${p}rows.jsonl" 2>"/tmp/${p}err.txt" &
+  CS=$!
+  following() { grep -q "\"$2/walk\"" "/tmp/${p}rows.jsonl" && grep -q "\"$2/spin\"" "/tmp/${p}rows.jsonl"; }
+  i=0
+  until following "$@" || ! kill -0 $CS 2>/dev/null || [ $i -ge 600 ]; do
+    sleep 0.1; i=$((i + 1))
+  done
+  following "$@"
+  say "${p}cs_following=$((! $?))"
+  echo go >"/tmp/go-${p}spin"
+  echo go >"/tmp/go-${p}walk"
+  wait $SPIN
+  say "${p}spin_exit=$?"
+  wait $WALK
+  say "${p}walk_exit=$?"
+  for n in spin walk; do
+    sed "s/^/CS-PERF-OUT $p$n /" "/tmp/$p$n.out"
+    grep -v '^#' "/tmp/$p$n.csv" | grep . | sed "s/^/CS-PERF $p$n /"
+  done
+  # Past a keyframe (1 s), so that every interval's counts are out.
+  sleep 2
+  kill -INT $CS
+  wait $CS
+  say "${p}cs_exit=$?"
+  sed "s/^/CS-STDERR /" "/tmp/${p}err.txt"
+}
+per_container bpf ctr ""
+per_container perf pctr p
+cat /tmp/rows.jsonl /tmp/prows.jsonl >/tmp/all.jsonl
 echo CS-ROWS-BEGIN
-gzip -c /tmp/rows.jsonl | base64
+gzip -c /tmp/all.jsonl | base64
 echo CS-ROWS-END
 
 # Counter scarcity: perf pins seven LLC-reference events on every CPU, so cachescope's two
