@@ -658,10 +658,14 @@ impl PmuSource for PmuColumns {
             return Vec::new();
         }
         let share = if of == 0 { 0.0 } else { 100.0 * scaled as f64 / of as f64 };
+        let how = match &self.src {
+            Source::Bpf(_) => "what each event counted, and the time it did not at the rate its cgroup last counted at",
+            Source::Perf(_) => "count × enabled / running",
+        };
         vec![format!(
             "PMU multiplexing: {scaled} of {of} {what} scaled ({share:.2} %): other users of the counters \
-             (perf, the NMI watchdog) left fewer than cachescope's events; those values are the \
-             kernel's estimates (count × enabled / running)"
+             (perf, the NMI watchdog) left fewer than cachescope's events; those values are \
+             estimates ({how})"
         )]
     }
 
