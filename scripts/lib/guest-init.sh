@@ -65,5 +65,12 @@ splats() {
   dmesg | awk -v re="$SPLAT" -v ok="$BENIGN" '$0 ~ re && $0 !~ ok { p = 1; n = 0 } p { print "CS-SPLAT " $0; if (++n > 60 || /<\/TASK>|---\[ end trace/) p = 0 }'
   say splats="$(dmesg | grep -E "$SPLAT" | grep -cvE "$BENIGN")"
 }
+# rows_out FILE...: recordings (JSON lines) for the host, gzip'd and base64'd between
+# CS-ROWS-BEGIN and CS-ROWS-END; scripts/guest-qemu.sh keeps them as OUT/rows.jsonl.
+rows_out() {
+  echo CS-ROWS-BEGIN
+  cat "$@" | gzip -c | base64
+  echo CS-ROWS-END
+}
 # The console's first line may carry the firmware's escape sequences: start on a clean one.
 echo

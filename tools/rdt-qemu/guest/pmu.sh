@@ -66,10 +66,7 @@ if [ "${cs_scarce:-}" = 1 ]; then
     say "${pmu}_exit=$?"
     sed "s/^/CS-STDERR-$pmu /" "/tmp/$pmu.err"
   done
-  cat /tmp/bpf.jsonl /tmp/perf.jsonl >/tmp/rows.jsonl
-  echo CS-ROWS-BEGIN
-  gzip -c /tmp/rows.jsonl | base64
-  echo CS-ROWS-END
+  rows_out /tmp/bpf.jsonl /tmp/perf.jsonl
   splats
   say done=1
   finish
@@ -191,10 +188,7 @@ per_container() {
 }
 per_container bpf ctr ""
 per_container perf pctr p
-cat /tmp/rows.jsonl /tmp/prows.jsonl >/tmp/all.jsonl
-echo CS-ROWS-BEGIN
-gzip -c /tmp/all.jsonl | base64
-echo CS-ROWS-END
+rows_out /tmp/rows.jsonl /tmp/prows.jsonl
 
 # Counter scarcity: perf pins seven LLC-reference events on every CPU, so cachescope's two
 # events that need a general counter (references, misses) share the eighth (on AMD, five
