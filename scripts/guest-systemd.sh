@@ -79,7 +79,9 @@ icount=${CACHESCOPE_QEMU_ICOUNT:-off}
 # shellcheck source=scripts/lib/qemu-boot.sh
 . scripts/lib/qemu-boot.sh
 # shellcheck disable=SC2086 # the machine arguments are words
-qemu_boot guest-systemd "$out/console.log" "${CACHESCOPE_QEMU_TIMEOUT:-600}" "${CACHESCOPE_QEMU_BOOT_TIMEOUT:-300}" \
+# A ceiling only a hang reaches: three to six times the longest boot seen in CI.
+ceiling=${CACHESCOPE_QEMU_TIMEOUT:-1500}
+qemu_boot guest-systemd "$out/console.log" "$ceiling" "${CACHESCOPE_QEMU_BOOT_TIMEOUT:-300}" \
   "${CACHESCOPE_QEMU:-qemu-system-x86_64}" -accel tcg \
   ${icount:+-icount "$icount"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1536 \
@@ -95,6 +97,7 @@ if [ -n "${CACHESCOPE_BOOT_LOG:-}" ]; then
     "${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2}${icount:+ -icount $icount}" "${CACHESCOPE_QEMU_APPEND:-}" >>"$CACHESCOPE_BOOT_LOG"
 fi
 if [ $ended = 0 ]; then
+  [ "$rc" = 124 ] && rc="124 (its ceiling of $ceiling s reached)"
   echo "guest-systemd: qemu exited $rc, the check did not end well; the console's last lines:" >&2
   tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -40 | sed 's/^/guest-systemd:   /' >&2
 fi

@@ -72,7 +72,11 @@ fn systemd_guest(
     let said = String::from_utf8_lossy(&o.stdout).to_string();
     let err = String::from_utf8_lossy(&o.stderr);
     println!("{said}");
-    assert!(o.status.success(), "guest-systemd.sh ({machine}): {said}\n{err}");
+    assert!(
+        o.status.success(),
+        "guest-systemd.sh ({machine}) failed: {}\n{said}\n{err}",
+        common::guest_failure(&format!("{said}\n{err}"))
+    );
     let report = std::fs::read_to_string(out.join("report.json")).unwrap_or_else(|e| panic!("report.json: {e}"));
     (said, serde_json::from_str(&report).unwrap())
 }

@@ -59,6 +59,19 @@ pub fn have(cmd: &str) -> bool {
     Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().is_ok_and(|o| o.status.success())
 }
 
+/// The first lines of a failed guest's panic message, where a CI summary that keeps only a
+/// message's start still shows them: the script's verdict (QEMU's status, a ceiling reached),
+/// the guest's last CS- line (how far its script got) and the console's last lines.
+pub fn guest_failure(said: &str) -> String {
+    let verdict = said.lines().filter(|l| l.contains("qemu exited") || l.contains("reached no user space"));
+    let last = said.lines().rfind(|l| l.starts_with("CS-") && !l.starts_with("CS-INFO"));
+    let tail: Vec<&str> = said.lines().filter(|l| l.contains(":   ")).collect();
+    let mut m: Vec<String> = verdict.map(str::to_string).collect();
+    m.push(format!("the guest's last CS- line: {}", last.unwrap_or("(none)")));
+    m.extend(tail[tail.len().saturating_sub(8)..].iter().map(|l| l.to_string()));
+    m.join("\n")
+}
+
 /// The "CS-RESULT key=value" lines a QEMU guest printed (scripts/guest-qemu.sh), by key.
 pub fn guest_results(said: &str) -> std::collections::HashMap<String, String> {
     said.lines()
