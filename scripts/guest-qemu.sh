@@ -147,7 +147,7 @@ qemu_boot guest-qemu "$out/console.log" "$ceiling" "$boot_ceiling" \
   ${icount:+-icount "$icount"} \
   ${CACHESCOPE_QEMU_MACHINE:--cpu max -smp 2} -m 1024 \
   -kernel "$boot_kernel" -initrd "$out/initramfs.cpio" \
-  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} cryptomgr.notests=1 ${CACHESCOPE_QEMU_APPEND:-}" \
+  -append "console=ttyS0 panic=-1 quiet loglevel=4 ${irqdebug:-} ${mitigations:-} cryptomgr.notests=1 cs_ceiling=$ceiling ${CACHESCOPE_QEMU_APPEND:-}" \
   -nographic -no-reboot -monitor none -nic none || rc=$?
 # A guest that did not end well: the console's last lines, which hold what the kernel said
 # (a guest whose serial output stopped reports only there), without the recordings' base64.
@@ -169,11 +169,14 @@ if [ "${rc:-0}" -ne 0 ] || [ $ended = 0 ]; then
   tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -30 | sed 's/^/guest-qemu:   /' >&2
 fi
 # unpack CONSOLE DIR: DIR/rows.jsonl and DIR/report.json from what CONSOLE carries.
+# Only base64's own lines between the markers: the kernel's messages share the console (a CI
+# run's kmod guest had its watchdog's report land inside the recording, which then ended
+# mid-row).
 unpack() {
-  tr -d '\r' <"$1" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
-    | gunzip >"$2/rows.jsonl" 2>/dev/null || true
-  tr -d '\r' <"$1" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | sed '1d;$d' | base64 -d 2>/dev/null \
-    | gunzip >"$2/report.json" 2>/dev/null || true
+  tr -d '\r' <"$1" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
+    | base64 -d 2>/dev/null | gunzip >"$2/rows.jsonl" 2>/dev/null || true
+  tr -d '\r' <"$1" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
+    | base64 -d 2>/dev/null | gunzip >"$2/report.json" 2>/dev/null || true
 }
 unpack "$out/console.log" "$out"
 # Each check's part of the console, and what it carries, in OUTDIR/checks/NAME.

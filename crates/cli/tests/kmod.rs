@@ -159,7 +159,19 @@ fn check_kernel(kernel: &str) {
     }
 
     let text = std::fs::read_to_string(out.path().join("rows.jsonl")).unwrap();
-    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<Value> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!(
+                    "{kernel}: rows.jsonl line {} of {}: {e} (the recording cut short on the console?)",
+                    i + 1,
+                    text.lines().count()
+                )
+            })
+        })
+        .collect();
     assert!(rows.len() > 1000, "{} rows", rows.len());
     let mut by: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
     for row in &rows {
@@ -194,8 +206,8 @@ fn check_kernel(kernel: &str) {
         assert!((0.79..=0.81).contains(&local), "{name}: local share {local}");
     }
     // The idle container is charged its own CPU time and no one else's (on PREEMPT_RT too,
-    // where interrupts run in threads): 1 byte per ns, 2 % and a millisecond of slack. On the
-    // debug kernel, 25 %: the scheduler's path from a task's last CPU-time update to the
+    // where interrupts run in threads): 1 byte per ns, 2 % and a millisecond of slack. More on the
+    // debug kernel (below): the scheduler's path from a task's last CPU-time update to the
     // switch probe (pick_next_task under lockdep and KASAN, tens of microseconds per switch
     // under TCG) is charged to the task leaving, and the idle one's few milliseconds of
     // start-up are switched out often by the busy loops on its CPU (seen: +4.6 to +11.4 %).
@@ -203,11 +215,17 @@ fn check_kernel(kernel: &str) {
     // host thread per vCPU, 6.1-rt's idle container was charged 1.3 and 1.9 times its CPU
     // time beside the host's other tests, and 1.3 times alone (a host preempting the vCPU
     // inside that path stretches it by milliseconds); under -icount 0.92 to 1.02, with up to
-    // three host busy loops beside it.
+    // three host busy loops beside it. The debug kernel's guest keeps its thread per vCPU, so
+    // the host stretches that path there too: +26.7 % in one CI run on a slow day (its monitor
+    // missed 516 ticks, its extra container ran 35 s). Its bound is 60 %: the doubled charge
+    // stays outside it, and the kernels under -icount judge the charge at 2 %.
     let idle = sum("idle", "mbm_total_bytes");
     let idle_ns = num("idle_usage_usec") * 1000;
-    let slack = if kernel == "debug" { 125 } else { 102 };
-    println!("{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU");
+    let slack = if kernel == "debug" { 160 } else { 102 };
+    println!(
+        "{kernel}: idle MBM {idle} bytes for {idle_ns} ns of CPU: ratio {:.4}",
+        idle as f64 / idle_ns.max(1) as f64
+    );
     assert!(
         idle <= idle_ns * slack / 100 + 1_000_000,
         "{kernel}: the idle container was charged {idle} bytes for {idle_ns} ns"

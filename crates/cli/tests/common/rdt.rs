@@ -67,7 +67,8 @@ pub fn run_on_host(work: &Path, g: &Guest, out: &Path) -> String {
     std::fs::write(out.join("console.log"), &said).unwrap();
     let rows = Command::new("sh")
         .arg("-c")
-        .arg("sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' console.log | sed '1d;$d' | base64 -d | gunzip >rows.jsonl")
+        // Only base64's lines: the kernel's messages share the console (scripts/guest-qemu.sh).
+        .arg("tr -d '\\r' <console.log | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | grep -a '^[A-Za-z0-9+/]\\{1,\\}=*$' | base64 -d | gunzip >rows.jsonl")
         .current_dir(out)
         .status()
         .unwrap();
