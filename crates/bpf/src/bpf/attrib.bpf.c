@@ -68,6 +68,9 @@ struct task_struct {
 
 // Four PMU events and cpu-clock (crates/bpf/src/columns.rs).
 #define NEV 5
+// The cgroups a CPU keeps counting rates of (estimate()): a power of two. The one a walk
+// shares its CPU with (cachescope's drain, a kworker, the idle task) must not take its rate.
+#define RATES 4
 
 struct slot_key {
 	__u64 slot;
@@ -85,11 +88,15 @@ struct cpu_state {
 	__u64 enabled[NEV];
 	__u64 running[NEV];
 	__u64 valid[NEV];
-	/* Per event, the last charge the event counted for some of: its count, the ns it
-	 * counted and the cgroup charged (see estimate()). */
-	__u64 rate_n[NEV];
-	__u64 rate_t[NEV];
-	__u64 rate_cg[NEV];
+	/* For the RATES cgroups charged here most recently, per event: the count and ns of the
+	 * cgroup's last charge the event counted for at least half of (see estimate()). */
+	__u64 rate_cg[RATES];
+	__u64 rate_used[RATES];
+	__u64 rate_n[RATES][NEV];
+	__u64 rate_t[RATES][NEV];
+	__u64 rate_clock;
+	/* Set once an event here was multiplexed: rates are kept from then on only. */
+	__u64 muxed;
 	/* The task last switched in: its cgroup id (0: idle) and verdict, at epoch cur_epoch. */
 	__u64 cur_id;
 	__u64 cur_bits;
@@ -317,24 +324,55 @@ static __always_inline void spilled(void)
 
 // The count of a charge during which the kernel counted event `i` for only `dr` of its `de`
 // ns, because the PMU multiplexed it with other users' events: what it counted, plus the time
-// it did not count at the rate this cgroup last counted at on this CPU. A running task's
-// charges are 1 ms slots and the kernel rotates events every few ms, so most such charges were
-// counted for none or all of their time: scaling each by de / dr alone gave 0 to the first
-// kind and nothing more to the second, and a walk under two counters read 50-80 % of its
-// counts. The rate is taken from a charge counted for at least half its time: one counted
-// for a few µs at a rotation holds little but an interrupt's work, and extrapolated it read
-// instructions 15 % high. Without a rate of this cgroup's, the charge is scaled by de / dr (0 if
-// never counted).
-static __always_inline __u64 estimate(struct cpu_state *st, int i, __u64 cgid, __u64 dc, __u64 de, __u64 dr)
+// it did not count at the rate this cgroup (rate entry `r`) last counted at on this CPU. A
+// running task's charges are 1 ms slots and the kernel rotates events every few ms, so most
+// such charges were counted for none or all of their time: scaling each by de / dr alone gave
+// 0 to the first kind and nothing more to the second, and a walk under two counters read
+// 50-80 % of its counts. The rate is taken from a charge counted for at least half its time:
+// one counted for a few µs at a rotation holds little but an interrupt's work, and
+// extrapolated it read instructions 15 % high. The rates are kept per cgroup: with one per
+// CPU, whichever task ran between two of a container's charges (cachescope's drain, a
+// neighbour) took it, and the container's next charge not counted at all read 0. Without a
+// rate of this cgroup's (or `r` is RATES: none kept here yet), the charge is scaled by de / dr
+// (0 if never counted).
+static __always_inline __u64 estimate(struct cpu_state *st, __u32 r, int i, __u64 dc, __u64 de, __u64 dr)
 {
 	__u64 gap = de - dr;
+	__u64 t = r < RATES ? st->rate_t[r & (RATES - 1)][i] : 0;
 
-	if (st->rate_cg[i] == cgid && st->rate_t[i]) {
+	if (t) {
 		if (gap > MAX_GAP_NS)
 			gap = MAX_GAP_NS;
-		return dc + st->rate_n[i] * gap / st->rate_t[i];
+		return dc + st->rate_n[r & (RATES - 1)][i] * gap / t;
 	}
 	return dr ? dc * de / dr : 0;
+}
+
+// The rate entry of cgroup `cgid` on this CPU: its own, or else the one used least recently,
+// emptied for it.
+static __always_inline __u32 rate_entry(struct cpu_state *st, __u64 cgid)
+{
+	__u32 found = RATES, oldest = 0;
+
+	for (__u32 j = 0; j < RATES; j++) {
+		if (st->rate_cg[j] == cgid && st->rate_used[j]) {
+			found = j;
+			break;
+		}
+		if (st->rate_used[j] < st->rate_used[oldest & (RATES - 1)])
+			oldest = j;
+	}
+	if (found == RATES) {
+		found = oldest & (RATES - 1);
+		st->rate_cg[found] = cgid;
+		for (int i = 0; i < NEV; i++) {
+			st->rate_n[found][i] = 0;
+			st->rate_t[found][i] = 0;
+		}
+	}
+	found &= RATES - 1;
+	st->rate_used[found] = ++st->rate_clock;
+	return found;
 }
 
 #define READ(I, MAP)                                                                  \
@@ -348,12 +386,12 @@ static __always_inline __u64 estimate(struct cpu_state *st, int i, __u64 cgid, _
 				__u64 counted = dc;                                   \
 				if (dr < de) {                                        \
 					mux = 1;                                      \
-					dc = estimate(st, I, cgid, dc, de, dr);       \
+					st->muxed = 1;                                \
+					dc = estimate(st, re, I, dc, de, dr);         \
 				}                                                     \
-				if (dr && dr * 2 >= de) {                             \
-					st->rate_n[I] = counted;                      \
-					st->rate_t[I] = dr;                           \
-					st->rate_cg[I] = cgid;                        \
+				if (re < RATES && dr && dr * 2 >= de) {               \
+					st->rate_n[re][I] = counted;                  \
+					st->rate_t[re][I] = dr;                       \
 				}                                                     \
 				d[I] = dc;                                            \
 			} else {                                                      \
@@ -374,6 +412,8 @@ static __always_inline __u64 charge_on(struct cpu_state *st, int is_switch)
 	__u64 d[NEV] = {};
 	__u64 mux = 0;
 	__u64 cgid = bpf_get_current_pid_tgid() == 0 ? 0 : bpf_get_current_cgroup_id();
+	// Rates cost a search a charge, so none are kept on a CPU where nothing was multiplexed.
+	__u32 re = st->muxed ? rate_entry(st, cgid) : RATES;
 	READ(0, ev0)
 	READ(1, ev1)
 	READ(2, ev2)
