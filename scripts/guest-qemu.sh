@@ -166,17 +166,12 @@ fi
 if [ "${rc:-0}" -ne 0 ] || [ $ended = 0 ]; then
   [ "${rc:-0}" = 124 ] && rc="124 (its ceiling of $ceiling s reached)"
   echo "guest-qemu: qemu exited ${rc:-0}, the guest's script did not reach its end; the console's last lines:" >&2
-  tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -30 | sed 's/^/guest-qemu:   /' >&2
+  console_tail "$out/console.log" 30 guest-qemu
 fi
 # unpack CONSOLE DIR: DIR/rows.jsonl and DIR/report.json from what CONSOLE carries.
-# Only base64's own lines between the markers: the kernel's messages share the console (a CI
-# run's kmod guest had its watchdog's report land inside the recording, which then ended
-# mid-row).
 unpack() {
-  tr -d '\r' <"$1" | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
-    | base64 -d 2>/dev/null | gunzip >"$2/rows.jsonl" 2>/dev/null || true
-  tr -d '\r' <"$1" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
-    | base64 -d 2>/dev/null | gunzip >"$2/report.json" 2>/dev/null || true
+  console_block "$1" ROWS "$2/rows.jsonl"
+  console_block "$1" REPORT "$2/report.json"
 }
 unpack "$out/console.log" "$out"
 # Each check's part of the console, and what it carries, in OUTDIR/checks/NAME.

@@ -99,11 +99,8 @@ fi
 if [ $ended = 0 ]; then
   [ "$rc" = 124 ] && rc="124 (its ceiling of $ceiling s reached)"
   echo "guest-systemd: qemu exited $rc, the check did not end well; the console's last lines:" >&2
-  tr -d '\r' <"$out/console.log" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -40 | sed 's/^/guest-systemd:   /' >&2
+  console_tail "$out/console.log" 40 guest-systemd
 fi
-# Only base64's lines between the markers: the kernel's messages share the console
-# (scripts/guest-qemu.sh's unpack).
-tr -d '\r' <"$out/console.log" | sed -n '/^CS-REPORT-BEGIN/,/^CS-REPORT-END/p' | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
-  | base64 -d 2>/dev/null | gunzip >"$out/report.json" 2>/dev/null || true
+console_block "$out/console.log" REPORT "$out/report.json"
 tr -d '\r' <"$out/console.log" | grep -a "^CS-" | grep -av "^CS-REPORT" || true
 [ $ended = 1 ]

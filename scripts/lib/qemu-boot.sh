@@ -52,3 +52,18 @@ qemu_watched() {
   wait "$pid" || rc=$?
   return $rc
 }
+
+# console_block CONSOLE MARK OUT: writes to OUT what CONSOLE carries between CS-MARK-BEGIN and
+# CS-MARK-END (gzip in base64), nothing when it carries none. Only base64's own lines count:
+# the kernel's messages share the console (a CI run's kmod guest had its watchdog's report
+# land inside the recording, which then ended mid-row).
+console_block() {
+  tr -d '\r' <"$1" | sed -n "/^CS-$2-BEGIN/,/^CS-$2-END/p" | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
+    | base64 -d 2>/dev/null | gunzip >"$3" 2>/dev/null || true
+}
+
+# console_tail CONSOLE LINES NAME: the console's last LINES lines on stderr, each after
+# "NAME:   ", without the recordings' base64.
+console_tail() {
+  tr -d '\r' <"$1" | grep -av '^[A-Za-z0-9+/=]\{60,\}$' | tail -"$2" | sed "s/^/$3:   /" >&2
+}
