@@ -440,11 +440,16 @@ pub(super) fn recover(partial: &Path, cause: Cause) -> Result<Recovery, SinkErro
     }
     let shed_allowed = matches!(cause, Cause::Abandoned { shed: true, .. });
     let mut shed = 0u64;
+    // The schema's source should every row group be shed.
+    let template = kept.first().copied();
     loop {
-        match write_footer(&mut data, len, &footer_of(&kept, partial)?) {
+        match write_footer(&mut data, len, &footer_of(&kept, template, partial)?) {
             Ok(()) => break,
-            Err(e) if shed_allowed && kept.len() > 1 && e.raw_os_error() == Some(libc::ENOSPC) => {
+            Err(e) if shed_allowed && !kept.is_empty() && e.raw_os_error() == Some(libc::ENOSPC) => {
                 // The last row group goes: its bytes (and the footer's part written) make room.
+                // Its only one too: a file of one row group (each file's, under a rotation of a
+                // second) whose footer did not fit ended "could not be finished", exit 1 where
+                // the run's losses were due (CI28, CI51); it ends a finished file of no rows.
                 let Some(last) = kept.pop() else { break };
                 shed += u64::try_from(last.meta.row_groups()[0].num_rows()).unwrap_or(0);
                 len = kept.last().map_or(4, |k| k.end);
@@ -479,9 +484,10 @@ fn write_footer(data: &mut File, len: u64, footer: &[u8]) -> std::io::Result<()>
     data.sync_all()
 }
 
-/// The footer of a file holding the row groups `kept` (one per journal entry, in order).
-fn footer_of(kept: &[&Claim], partial: &Path) -> Result<Vec<u8>, SinkError> {
-    let Some(first) = kept.first() else {
+/// The footer of a file holding the row groups `kept` (one per journal entry, in order), its
+/// schema from the first of them, or from `template` when none is kept (all of them shed).
+fn footer_of(kept: &[&Claim], template: Option<&Claim>, partial: &Path) -> Result<Vec<u8>, SinkError> {
+    let Some(first) = kept.first().copied().or(template) else {
         return Err(SinkError::Parquet(format!("{}: no row group", partial.display())));
     };
     let rgs: Vec<RowGroupMetaData> = kept.iter().map(|c| c.meta.row_groups()[0].clone()).collect();
@@ -489,7 +495,7 @@ fn footer_of(kept: &[&Claim], partial: &Path) -> Result<Vec<u8>, SinkError> {
     let fm = first.meta.file_metadata();
     // The newest entry's key-value metadata: each carries the run-level figures as they stood
     // (the PMU charges dropped so far), the last one kept what a finished file would have said.
-    let newest = kept.last().unwrap_or(first).meta.file_metadata();
+    let newest = kept.last().copied().unwrap_or(first).meta.file_metadata();
     let meta = FileMetaData::new(
         fm.version(),
         rows,

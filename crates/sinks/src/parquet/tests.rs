@@ -782,3 +782,39 @@ fn a_footer_the_full_disk_has_no_room_for_is_made_to_fit() {
     assert_eq!(total as u64, st.rows_written, "the finished files hold the rows said written: {st:?}");
     println!("{} rows written, {} cut for the footer, in {} files", st.rows_written, st.rows_dropped, files.len());
 }
+
+/// Tier 3 (root): as above, but the file holds one row group (each file's, when files rotate
+/// every second): the footer that does not fit takes it, and the file ends finished with no
+/// rows, those counted dropped (CI28 and CI51: `record` ended "could not be finished", exit 1).
+#[test]
+fn a_footer_without_room_takes_a_files_only_row_group() {
+    let Some((_dir, mnt, _guard)) = tiny_tmpfs("a_footer_without_room_takes_a_files_only_row_group", "1m") else {
+        return;
+    };
+    // One row group of n rows, for the n that leaves the file's last page less room than any
+    // footer.
+    let mut found = None;
+    for n in 5..400 {
+        let out = mnt.join(format!("rec{n}"));
+        let mut s = ParquetSink::new(opts(&out)).expect("sink");
+        s.push(rows(1, n));
+        s.flush(Instant::now()).expect("room while filling");
+        let len = s.file.as_ref().expect("open").good_len;
+        if 4096 - len % 4096 < 200 {
+            found = Some((s, out, n as u64));
+            break;
+        }
+        drop(s.close());
+        std::fs::remove_dir_all(&out).expect("rm");
+    }
+    let (s, out, accepted) = found.expect("a row group that leaves less than 200 bytes in its last page");
+    let _filler = fill(&mnt.join("filler"));
+    let (st, e) = s.close();
+    assert!(e.is_none(), "close: {e:?} {st:?}");
+    assert_eq!((st.rows_written, st.rows_dropped), (0, accepted), "{st:?}");
+    let (files, partial) = report::files(std::slice::from_ref(&out)).expect("files");
+    assert!(partial.is_empty(), "{partial:?} {st:?}");
+    assert_eq!(files.len(), 1, "{files:?}");
+    let total: usize = read_all(&files).iter().map(|b| b.num_rows()).sum();
+    assert_eq!(total, 0, "the finished file holds no rows: {st:?}");
+}
