@@ -101,6 +101,6 @@ if [ $ended = 0 ]; then
   echo "guest-systemd: qemu exited $rc, the check did not end well; the console's last lines:" >&2
   console_tail "$out/console.log" 40 guest-systemd
 fi
-console_block "$out/console.log" REPORT "$out/report.json"
+console_block "$out/console.log" REPORT "$out/report.json" || true
 tr -d '\r' <"$out/console.log" | grep -a "^CS-" | grep -av "^CS-REPORT" || true
 [ $ended = 1 ]

@@ -54,12 +54,13 @@ qemu_watched() {
 }
 
 # console_block CONSOLE MARK OUT: writes to OUT what CONSOLE carries between CS-MARK-BEGIN and
-# CS-MARK-END (gzip in base64), nothing when it carries none. Only base64's own lines count:
-# the kernel's messages share the console (a CI run's kmod guest had its watchdog's report
-# land inside the recording, which then ended mid-row).
+# CS-MARK-END (gzip in base64); fails when it carries none whole (gunzip's status). Only
+# base64's own lines count: the kernel's messages share the console (a CI run's kmod guest had
+# its watchdog's report land inside the recording, which then ended mid-row). Also run by the
+# host-side guests of crates/cli/tests/common/rdt.rs.
 console_block() {
   tr -d '\r' <"$1" | sed -n "/^CS-$2-BEGIN/,/^CS-$2-END/p" | grep -a '^[A-Za-z0-9+/]\{1,\}=*$' \
-    | base64 -d 2>/dev/null | gunzip >"$3" 2>/dev/null || true
+    | base64 -d 2>/dev/null | gunzip >"$3" 2>/dev/null
 }
 
 # console_tail CONSOLE LINES NAME: the console's last LINES lines on stderr, each after

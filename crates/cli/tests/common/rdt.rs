@@ -65,10 +65,12 @@ pub fn run_on_host(work: &Path, g: &Guest, out: &Path) -> String {
     let run = cmd.output().unwrap();
     let said = String::from_utf8_lossy(&run.stdout).to_string() + &String::from_utf8_lossy(&run.stderr);
     std::fs::write(out.join("console.log"), &said).unwrap();
-    let rows = Command::new("sh")
+    // The recording, unpacked as scripts/guest-qemu.sh unpacks a guest's.
+    let rows = Command::new("bash")
         .arg("-c")
-        // Only base64's lines: the kernel's messages share the console (scripts/guest-qemu.sh).
-        .arg("tr -d '\\r' <console.log | sed -n '/^CS-ROWS-BEGIN/,/^CS-ROWS-END/p' | grep -a '^[A-Za-z0-9+/]\\{1,\\}=*$' | base64 -d | gunzip >rows.jsonl")
+        .arg(r#". "$1" && console_block console.log ROWS rows.jsonl"#)
+        .arg("bash")
+        .arg(root().join("scripts/lib/qemu-boot.sh"))
         .current_dir(out)
         .status()
         .unwrap();
