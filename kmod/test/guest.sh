@@ -46,7 +46,13 @@ insmod /cachescope.ko emulate=1 ring_records=1000 2>/dev/null; say refuse_ring=$
 # the reader can be starved for most of it (a CI run: 5 of its ticks ran and 175066 records
 # were dropped), and this test checks accounting, not whether KASAN leaves user space time
 # to read.
-insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=5 emu_upscale=4096 ring_records=262144
+# cs_interval (µs, the module's interval_us; default its own 1000): the debug kernel samples every
+# 10 ms (crates/cli/tests/kmod.rs). At 1 ms its module's ticks took 125-312 us each under KASAN
+# and lockdep, a sixth to a third of both CPUs, and the monitor starved: 6 ticks read in a
+# session, 137,024 records lost to a full ring, 452 s for the whole guest alone on a quiet host.
+# At 10 ms: 3 ticks missed, no record lost, 145 s.
+IV=${cs_interval:+interval_us=$cs_interval}
+insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=5 emu_upscale=4096 ring_records=262144 $IV
 say load=$?
 [ -e /dev/cachescope ] || { say device=missing; finish; }
 cachescope info | grep -i "kmod" | sed 's/^/CS-INFO /'
@@ -155,7 +161,7 @@ say load_cycles=$i
 # KASAN and lockdep), 64 s of its 167 s boot for 200, and 50 still send each of its 16 RMIDs
 # through limbo three times; its checkers report a path's first fault.
 CHURN=${cs_churn:-200}
-insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=16
+insmod /cachescope.ko emulate=1 emu_domains=2 emu_l3_kib=4096 emu_rmids=16 $IV
 cachescope monitor --backend kmod --pmu off --containers 'churn/*' --jsonl --duration 120s \
     >/tmp/churn.jsonl 2>/tmp/churn.err &
 CS=$!
