@@ -26,6 +26,9 @@
 //! the L3's misses through the cycles (what the L2 misses leave is 200 cycles a miss), and
 //! cachescope's AMD path against perf stat: the spin's cycles and instructions, the walk's
 //! references and misses (six counters hold cachescope's four and two of perf's).
+//!
+//! Counter scarcity on both: two Intel general counters, or AMD's legacy four without
+//! PerfCtrExtCore, each with the NMI watchdog holding one (`judge_scarce`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
