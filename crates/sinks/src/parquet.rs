@@ -24,10 +24,12 @@ use arrow_schema::SchemaRef;
 use cachescope_engine::row::Row;
 pub use dir::LOCK;
 use dir::{lock_dir, refuse_pseudo_fs, refuse_untrusted, utc_stamp};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowRowGroupWriterFactory};
 use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter, ArrowWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaData, ParquetMetaDataWriter, RowGroupMetaData};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 pub use recorder::Recorder;
 use recover::{final_path, footer_path, rename_unique, sync_dir, Cause, Journal, PARTIAL};
@@ -104,7 +106,9 @@ pub struct Stats {
 }
 
 struct Open {
-    writer: ArrowWriter<File>,
+    writer: SerializedFileWriter<File>,
+    /// Column writers for each row group, with the Arrow schema in the footer.
+    columns: ArrowRowGroupWriterFactory,
     partial: PathBuf,
     /// Bytes of the file that hold complete row groups.
     good_len: u64,
@@ -350,17 +354,11 @@ impl ParquetSink {
             let (Some(f), Some(block)) = (self.file.as_mut(), self.pending.front()) else { break };
             let n = block.len() as u64;
             let what = format!("writing {}", f.partial.display());
-            // One row group, encoded a chunk at a time. Synced before the journal names it: an
-            // entry never describes bytes a power loss could take back.
+            // One row group. Synced before the journal names it: an entry never describes bytes
+            // a power loss could take back.
             let (schema, host, prov) = (&self.schema, self.opts.host.as_str(), self.opts.provenance);
-            let written = block
-                .chunks()
-                .try_for_each(|rows| {
-                    let batch = staged::batch(schema, host, prov, rows)?;
-                    f.writer.write(&batch).map_err(pq(what.clone()))
-                })
-                .and_then(|()| f.writer.flush().map_err(pq(what.clone())))
-                .and_then(|()| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(io(what)));
+            let written = write_row_group(&mut f.writer, &f.columns, schema, host, prov, block, &what)
+                .and_then(|()| f.writer.flush().and_then(|()| f.writer.inner().sync_data()).map_err(io(what)));
             if let Err(e) = written {
                 self.abandon();
                 return Err(e);
@@ -410,10 +408,13 @@ impl ParquetSink {
                 Err(e) => return Err(self.gone(e, format!("creating {}", partial.display()))),
             }
         };
-        let writer = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
+        // The Arrow writer only to put the Arrow schema in the footer; row groups are written
+        // a column at a time (write_row_group).
+        let (writer, columns) = ArrowWriter::try_new(file, self.schema.clone(), Some(self.props.clone()))
+            .and_then(ArrowWriter::into_serialized_writer)
             .map_err(pq(format!("starting {}", partial.display())))?;
         self.seq = seq;
-        self.file = Some(Open { writer, partial, good_len: 4, journaled: 4, rows: 0, journal: None });
+        self.file = Some(Open { writer, columns, partial, good_len: 4, journaled: 4, rows: 0, journal: None });
         Ok(())
     }
 
@@ -489,7 +490,7 @@ impl ParquetSink {
             .writer
             .finish()
             .map_err(|e| e.to_string())
-            .and_then(|_| f.writer.sync().and_then(|()| f.writer.inner().sync_data()).map_err(|e| e.to_string()));
+            .and_then(|_| f.writer.flush().and_then(|()| f.writer.inner().sync_data()).map_err(|e| e.to_string()));
         let (partial, keep, rows) = (f.partial.clone(), f.journaled, f.rows);
         drop(f);
         if let Err(e) = finished {
@@ -609,6 +610,40 @@ impl ParquetSink {
     pub fn recovered(&self) -> &[Recovery] {
         &self.recovered
     }
+}
+
+/// Write `block` as the file's next row group, a column at a time: each column's chunks go
+/// through its encoder and its encoded pages to the file before the next column starts, so a
+/// flush holds one column's encoder, not all of them (docs/cost.md, "a column at a time").
+fn write_row_group(
+    w: &mut SerializedFileWriter<File>,
+    columns: &ArrowRowGroupWriterFactory,
+    schema: &SchemaRef,
+    host: &str,
+    prov: Provenance,
+    block: &Block,
+    what: &str,
+) -> Result<(), SinkError> {
+    let writers = columns.create_column_writers(w.flushed_row_groups().len()).map_err(pq(what))?;
+    if writers.len() != schema.fields().len() || writers.len() != staged::COLUMNS {
+        return Err(SinkError::Encode(format!(
+            "{what}: {} column writers for {} columns",
+            writers.len(),
+            staged::COLUMNS
+        )));
+    }
+    let mut group = w.next_row_group().map_err(pq(what))?;
+    for (c, (field, mut writer)) in schema.fields().iter().zip(writers).enumerate() {
+        for rows in block.chunks() {
+            let array = staged::column(c, host, prov, rows);
+            for leaf in compute_leaves(field, &array).map_err(pq(what))? {
+                writer.write(&leaf).map_err(pq(what))?;
+            }
+        }
+        writer.close().and_then(|chunk| chunk.append_to_row_group(&mut group)).map_err(pq(what))?;
+    }
+    group.close().map_err(pq(what))?;
+    Ok(())
 }
 
 /// A footer (metadata, length, magic) for the row groups `rgs` of a file of `schema`, saying

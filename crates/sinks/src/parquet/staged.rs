@@ -7,10 +7,8 @@
 //! goes to the encoder a chunk at a time, so only one small Arrow batch exists at once.
 
 use super::schema::{Provenance, UTC};
-use crate::SinkError;
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::SchemaRef;
+use arrow_array::ArrayRef;
 use cachescope_engine::row::{ContainerMeta, MbmCounter, Row, Status, COUNTERS};
 use std::sync::Arc;
 
@@ -126,58 +124,65 @@ impl Block {
     }
 }
 
+/// The schema's columns (docs/data.md's, in order): times, host, the container's six names,
+/// domain, RMID, the values, status, the interval's end and start, provenance, MBM counter.
+pub const COLUMNS: usize = 11 + VALUES + 5;
+
+/// Column `c` of `rows`, as `schema`'s field `c` types it. A row group is encoded a column at a
+/// time: only one column's encoder and one chunk's array exist at once (docs/cost.md).
+pub fn column<'a>(c: usize, host: &'a str, prov: Provenance, rows: &'a [Staged]) -> ArrayRef {
+    fn ints(rows: &[Staged], f: impl Fn(&Staged) -> Option<i64>) -> ArrayRef {
+        let mut b = Int64Builder::with_capacity(rows.len());
+        rows.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+    fn int32s(rows: &[Staged], f: impl Fn(&Staged) -> Option<i32>) -> ArrayRef {
+        let mut b = Int32Builder::with_capacity(rows.len());
+        rows.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+    fn strs<'a>(rows: &'a [Staged], per: usize, f: impl Fn(&'a Staged) -> Option<&'a str>) -> ArrayRef {
+        let mut b = StringBuilder::with_capacity(rows.len(), rows.len() * per);
+        rows.iter().for_each(|r| b.append_option(f(r)));
+        Arc::new(b.finish())
+    }
+    fn stamps(rows: &[Staged], f: impl Fn(&Staged) -> i64) -> ArrayRef {
+        let mut b = TimestampNanosecondBuilder::with_capacity(rows.len()).with_timezone(UTC);
+        rows.iter().for_each(|r| b.append_value(f(r)));
+        Arc::new(b.finish())
+    }
+    const V: usize = 11;
+    match c {
+        0 => ints(rows, |r| Some(r.time_ns)),
+        1 => ints(rows, |r| Some(r.interval_ns)),
+        2 => strs(rows, host.len(), |_| Some(host)),
+        3 => strs(rows, 16, |r| Some(&r.container.id)),
+        4 => strs(rows, 16, |r| r.container.name()),
+        5 => strs(rows, 16, |r| r.container.pod_name()),
+        6 => strs(rows, 16, |r| r.container.pod_namespace()),
+        7 => strs(rows, 16, |r| r.container.pod_uid.as_deref()),
+        8 => strs(rows, 16, |r| Some(&r.container.cgroup_path)),
+        9 => int32s(rows, |r| Some(i32::try_from(r.domain).unwrap_or(i32::MAX))),
+        10 => int32s(rows, |r| r.rmid()),
+        v if v < V + VALUES => ints(rows, |r| r.value(v - V)),
+        v if v == V + VALUES => strs(rows, 2, |r| Some(r.status.as_str())),
+        v if v == V + VALUES + 1 => stamps(rows, |r| r.time_ns),
+        v if v == V + VALUES + 2 => stamps(rows, |r| r.time_ns - r.interval_ns),
+        v if v == V + VALUES + 3 => strs(rows, 8, |_| Some(prov.as_str())),
+        _ => strs(rows, 0, |r| r.mbm_counter.map(|c| c.as_str())),
+    }
+}
+
 /// `rows` as one Arrow batch of `schema` (docs/data.md's columns, in order).
-pub fn batch(schema: &SchemaRef, host: &str, prov: Provenance, rows: &[Staged]) -> Result<RecordBatch, SinkError> {
-    let n = rows.len();
-    let mut time = Int64Builder::with_capacity(n);
-    let mut interval = Int64Builder::with_capacity(n);
-    let mut hosts = StringBuilder::with_capacity(n, n * host.len());
-    let mut strs: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::with_capacity(n, n * 16)).collect();
-    let mut domain = Int32Builder::with_capacity(n);
-    let mut rmid = Int32Builder::with_capacity(n);
-    let mut vals: Vec<Int64Builder> = (0..VALUES).map(|_| Int64Builder::with_capacity(n)).collect();
-    let mut status = StringBuilder::with_capacity(n, n * 2);
-    let mut end = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut start = TimestampNanosecondBuilder::with_capacity(n).with_timezone(UTC);
-    let mut provenance = StringBuilder::with_capacity(n, n * 8);
-    let mut counter = StringBuilder::with_capacity(n, 0);
-    for r in rows {
-        counter.append_option(r.mbm_counter.map(|c| c.as_str()));
-        provenance.append_value(prov.as_str());
-        end.append_value(r.time_ns);
-        start.append_value(r.time_ns - r.interval_ns);
-        time.append_value(r.time_ns);
-        interval.append_value(r.interval_ns);
-        hosts.append_value(host);
-        let c = &r.container;
-        strs[0].append_value(&c.id);
-        strs[1].append_option(c.name());
-        strs[2].append_option(c.pod_name());
-        strs[3].append_option(c.pod_namespace());
-        strs[4].append_option(c.pod_uid.as_deref());
-        strs[5].append_value(&c.cgroup_path);
-        domain.append_value(i32::try_from(r.domain).unwrap_or(i32::MAX));
-        rmid.append_option(r.rmid());
-        for (i, b) in vals.iter_mut().enumerate() {
-            b.append_option(r.value(i));
-        }
-        status.append_value(r.status.as_str());
-    }
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(time.finish()), Arc::new(interval.finish()), Arc::new(hosts.finish())];
-    for s in strs.iter_mut() {
-        cols.push(Arc::new(s.finish()));
-    }
-    cols.push(Arc::new(domain.finish()));
-    cols.push(Arc::new(rmid.finish()));
-    for v in vals.iter_mut() {
-        cols.push(Arc::new(v.finish()));
-    }
-    cols.push(Arc::new(status.finish()));
-    cols.push(Arc::new(end.finish()));
-    cols.push(Arc::new(start.finish()));
-    cols.push(Arc::new(provenance.finish()));
-    cols.push(Arc::new(counter.finish()));
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| SinkError::Encode(e.to_string()))
+#[cfg(test)]
+fn batch(
+    schema: &arrow_schema::SchemaRef,
+    host: &str,
+    prov: Provenance,
+    rows: &[Staged],
+) -> Result<arrow_array::RecordBatch, arrow_schema::ArrowError> {
+    let cols = (0..COLUMNS).map(|c| column(c, host, prov, rows)).collect();
+    arrow_array::RecordBatch::try_new(schema.clone(), cols)
 }
 
 #[cfg(test)]
@@ -271,5 +276,20 @@ mod tests {
             let got: Vec<_> = (0..VALUES).map(|i| s.value(i)).collect();
             assert_eq!((got, s.rmid(), s.status, s.mbm_counter), w);
         }
+    }
+
+    #[test]
+    fn each_column_is_typed_as_the_schema_says_and_in_its_place() {
+        let schema = super::super::schema();
+        assert_eq!(schema.fields().len(), COLUMNS);
+        let rows: Vec<Staged> = (0..3).map(|t| Staged::from(empty(t * 1_000 + 1_000))).collect();
+        // try_new checks each column's type and length against its field.
+        let b = batch(&schema, "h", Provenance::Measured, &rows).expect("a batch the schema accepts");
+        assert_eq!(b.num_rows(), 3);
+        let col = |name: &str| b.column_by_name(name).unwrap_or_else(|| panic!("no column {name}"));
+        let time = col("time_ns").as_any().downcast_ref::<arrow_array::Int64Array>().expect("time_ns is Int64");
+        assert_eq!(time.values().to_vec(), vec![1_000, 2_000, 3_000]);
+        let host = col("host").as_any().downcast_ref::<arrow_array::StringArray>().expect("host is a string");
+        assert_eq!(host.value(2), "h");
     }
 }
