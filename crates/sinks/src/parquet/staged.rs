@@ -4,7 +4,8 @@
 //! [`Row`]s and then converted to one Arrow batch, they took 17 MB and then 14 MB more while the
 //! batch was built (docs/cost.md). Here a row waiting costs [`Staged`]'s size (the container's
 //! names stay shared behind their `Arc`), rows are kept in chunks of [`CHUNK`], and a row group
-//! goes to the encoder a chunk at a time, so only one small Arrow batch exists at once.
+//! goes to the encoder a column at a time and, within it, a chunk at a time ([`column`]), so
+//! only one small Arrow array exists at once.
 
 use super::schema::{Provenance, UTC};
 use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder, TimestampNanosecondBuilder};
