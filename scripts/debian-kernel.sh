@@ -6,8 +6,9 @@
 #                                          in SUITE or this release (rt-amd64, 6.12-amd64,
 #                                          6.12-rt-amd64, cloud-amd64, unstable/rt-amd64)
 # Kept in ${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}, by version, with the
-# modules a guest may need (msr.ko: /dev/cpu/N/msr), uncompressed for busybox's insmod, in
-# modules-VERSION/ beside it (its .complete file says they were taken).
+# modules a guest may need (msr.ko: /dev/cpu/N/msr; intel-uncore.ko: the RDT machine's memory
+# controller), uncompressed for busybox's insmod, in modules-VERSION/ beside it (its .complete-2
+# file says they were taken; .complete, before, msr.ko alone).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${CACHESCOPE_KERNEL_CACHE:-/var/cache/cachescope/kernels}
@@ -32,7 +33,7 @@ known=$cache/kver-${suite:-release}-$meta
 if [ -n "$meta" ] && [ -s "$known" ] && [ -n "$(find "$lists" -name '*_Packages*' "${fresh[@]}" | head -1)" ] &&
   [ -z "$(find "$lists" -name '*_Packages*' -newer "$known" | head -1)" ]; then
   kver=$(cat "$known")
-  if [ -s "$cache/vmlinuz-$kver" ] && [ -e "$cache/modules-$kver/.complete" ]; then
+  if [ -s "$cache/vmlinuz-$kver" ] && [ -e "$cache/modules-$kver/.complete-2" ]; then
     echo "$cache/vmlinuz-$kver"
     exit 0
   fi
@@ -54,7 +55,7 @@ else
   echo "$kver" >"$known"
 fi
 vmlinuz=$cache/vmlinuz-$kver
-if [ ! -s "$vmlinuz" ] || [ ! -e "$cache/modules-$kver/.complete" ]; then
+if [ ! -s "$vmlinuz" ] || [ ! -e "$cache/modules-$kver/.complete-2" ]; then
   tmp=$(mktemp -d)
   # Newer Debian kernels moved the image from linux-image-VER into linux-binary-VER.
   pkg=linux-image-$kver
@@ -73,7 +74,7 @@ if [ ! -s "$vmlinuz" ] || [ ! -e "$cache/modules-$kver/.complete" ]; then
     debs="$debs $(ls "$tmp/linux-modules-$kver"_*.deb)"
   fi
   for d in $debs; do
-    for ko in $(dpkg-deb -c "$d" | awk '{ print $6 }' | grep -E '/kernel/arch/x86/kernel/msr\.ko(\.xz|\.zst)?$' || true); do
+    for ko in $(dpkg-deb -c "$d" | awk '{ print $6 }' | grep -E '/kernel/arch/x86/(kernel/msr|events/intel/intel-uncore)\.ko(\.xz|\.zst)?$' || true); do
       name=$(basename "$ko")
       case $name in
         *.xz) dpkg-deb --fsys-tarfile "$d" | tar -xO "$ko" | xz -dc >"$cache/modules-$kver/${name%.xz}" ;;
@@ -82,7 +83,7 @@ if [ ! -s "$vmlinuz" ] || [ ! -e "$cache/modules-$kver/.complete" ]; then
       esac
     done
   done
-  touch "$cache/modules-$kver/.complete"
+  touch "$cache/modules-$kver/.complete-2"
   mv "$vmlinuz.part" "$vmlinuz"
   rm -rf "$tmp"
 fi

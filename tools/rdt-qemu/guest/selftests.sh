@@ -6,7 +6,9 @@
 # Each run flushes its buffer with CLFLUSH and fills it again in a new group, so every run after
 # the first reads what the model did with the flush. Prints each run's own lines as
 # CS-SELFTEST and its figures as CS-RESULT for crates/cli/tests/rdt_qemu.rs. Then the CAT
-# selftests named in cs_cat, where the machine has a PMU.
+# selftests named in cs_cat, where the machine has a PMU, and with cs_mbm the MBM selftest,
+# which compares mbm_local_bytes with the memory controller's CAS counts (the device's imc=on:
+# Linux's intel-uncore module, on a -cpu without the hypervisor bit, finds uncore_imc_0).
 . "${CS_INIT:-/lib/init.sh}"
 say kernel="$(uname -r)"
 say llc_bytes=$(($(sed 's/K$//' /sys/devices/system/cpu/cpu0/cache/index3/size) * 1024))
@@ -32,6 +34,27 @@ for t in $(echo "${cs_cat:-}" | tr , " "); do
   sed "s/^/CS-SELFTEST $t /" /tmp/cat.out
   say "${t}_ok=$(grep -c '^ok ' /tmp/cat.out)"
 done
+# The MBM selftest on CPU 0 (-p 0): the memory controller serves socket 0's L3, the one its PCI
+# bus belongs to. cs_mbm: "default" for the selftest's own benchmark, else its -b command with
+# commas for spaces. 6.1 and 6.12 write their 250 MB buffer after the measurement starts, which
+# under TCG takes seconds (on silicon, milliseconds): every line is then read and written back,
+# and they compare mbm_local_bytes (both) with the memory controller's reads alone, 2x. Their
+# tests take a buffer of 32 MB instead (8x the L3), written in a fraction of the first second.
+if [ -n "${cs_mbm:-}" ]; then
+  insmod /modules/intel-uncore.ko
+  say "mbm_pmu=$(ls /sys/bus/event_source/devices | grep -c '^uncore_imc_')"
+  if [ "$cs_mbm" = default ]; then
+    resctrl_tests -t mbm -p 0 >/tmp/mbm.out 2>&1
+  else
+    # shellcheck disable=SC2046 # the words of the benchmark's command
+    resctrl_tests -t mbm -p 0 -b $(echo "$cs_mbm" | tr , " ") >/tmp/mbm.out 2>&1
+  fi
+  say "mbm_rc=$?"
+  sed "s/^/CS-SELFTEST mbm /" /tmp/mbm.out
+  say "mbm_ok=$(grep -c '^ok .*MBM' /tmp/mbm.out)"
+  say "mbm_imc=$(sed -n 's/.*avg_bw_imc: //p' /tmp/mbm.out | head -1)"
+  say "mbm_resc=$(sed -n 's/.*avg_bw_resc: //p' /tmp/mbm.out | head -1)"
+fi
 splats
 say done=1
 finish
